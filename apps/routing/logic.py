@@ -1,0 +1,178 @@
+"""Proactive destination-based routing: the papers' baselines (pure logic).
+
+``single_path`` (the papers' "TCP"): one shortest path per destination. Among
+equal-cost next hops a switch at layer L picks index
+``(host_index // P_L) % n``, where P_L is the product of the uplink fan-outs
+of the layers below it (the two-level scheme of Al-Fares et al.): destinations
+spread over all core switches, so stride patterns on a fat-tree are
+non-blocking.
+
+``ecmp``: wherever a switch has several equal-cost next hops it forwards to an
+OpenFlow SELECT group hashing the 5-tuple. Open vSwitch hashes every packet
+with the same function and basis at every bridge (``hash(sym_l4(0))``, measured
+on OVS 3.1) and maps hash slots to buckets in order, so groups with one bucket
+per next hop at two layers make the same choice twice and use only 2 of the 4
+core paths of a k=4 fat-tree ("polarisation"). We therefore lay buckets out by
+layer: a group at layer L lists each next hop P_L times in a row, so its choice
+depends on the L-th digit of the hash, independent of the layers below.
+Beyond OVS's 64-bucket dp_hash limit the plain layout is used.
+
+ARP is routed like IP by its target address (``arp_tpa``) along the
+single-path tree: requests reach only their target, no flooding, no controller
+round trip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller import ofmsg
+from controller.network_view import NetworkView
+from controller.pipeline import (APP_ROUTING, COOKIE_APP_MASK, PRIO_ROUTE, TABLE_FORWARD, cookie,
+                                 pipeline_defaults, wipe_app)
+
+MAX_SELECT_BUCKETS = 64
+GROUP_ID_BASE = 1
+
+
+@dataclass
+class _SwitchState:
+    groups: dict[tuple[int, ...], int]  # bucket port layout -> group id
+    flows: dict[tuple[int, int, ofmsg.Match], ofmsg.FlowMod]
+    next_gid: int = GROUP_ID_BASE
+
+
+class DestinationRouting:
+    """Computes every switch's forwarding entries; returns OpenFlow messages."""
+
+    def __init__(self, view: NetworkView, multipath: bool):
+        self.view = view
+        self.multipath = multipath
+        self._radix = self._layer_radix()
+        self._state: dict[str, _SwitchState] = {}
+
+    # ---- path choice -----------------------------------------------------
+    def _layer_radix(self) -> dict[int, int]:
+        fanout = self.view.uplink_fanout_by_layer()
+        radix, acc = {}, 1
+        for layer in range(max(fanout, default=0) + 1):
+            radix[layer] = acc
+            acc *= max(1, fanout.get(layer, 1))
+        return radix
+
+    def _layer(self, switch: str) -> int:
+        return self.view.graph.nodes[switch]["layer"]
+
+    def single_next_hop(self, switch: str, dst: str) -> str | None:
+        hops = self.view.next_hops(switch, dst)
+        if not hops:
+            return None
+        digit = self.view.host_index(dst) // self._radix[self._layer(switch)]
+        return hops[digit % len(hops)]
+
+    def single_path(self, src: str, dst: str) -> tuple[str, ...] | None:
+        """The path single_path routing installs from host src to host dst."""
+        path = [src]
+        node = self.view.host_switch(src)[0]
+        while node != dst:
+            path.append(node)
+            node = self.single_next_hop(node, dst)
+            if node is None:
+                return None
+        path.append(dst)
+        return tuple(path)
+
+    def bucket_layout(self, switch: str, ports: list[int]) -> tuple[int, ...]:
+        reps = self._radix[self._layer(switch)]
+        if len(ports) * reps > MAX_SELECT_BUCKETS:
+            reps = 1
+        return tuple(p for p in ports for _ in range(reps))
+
+    # ---- messages ----------------------------------------------------------
+    def _desired(self, switch: str, state: _SwitchState) -> dict[tuple[int, int, ofmsg.Match], ofmsg.FlowMod]:
+        view = self.view
+        ck = cookie(APP_ROUTING)
+        flows: dict[tuple[int, int, ofmsg.Match], ofmsg.FlowMod] = {}
+        for dst in view.hosts:
+            single = self.single_next_hop(switch, dst)
+            if single is None:
+                continue  # unreachable now: no entry, packets drop
+            ip = view.ip(dst)
+            arp = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_ARP, arp_tpa=ip)
+            flows[(TABLE_FORWARD, PRIO_ROUTE, arp)] = ofmsg.flow_add(
+                TABLE_FORWARD, PRIO_ROUTE, arp, [ofmsg.Output(view.port(switch, single))], cookie=ck)
+            hops = view.next_hops(switch, dst)
+            if self.multipath and len(hops) > 1:
+                layout = self.bucket_layout(switch, [view.port(switch, h) for h in hops])
+                if layout not in state.groups:
+                    state.groups[layout] = state.next_gid
+                    state.next_gid += 1
+                action: ofmsg.Action = ofmsg.GroupAction(state.groups[layout])
+            else:
+                action = ofmsg.Output(view.port(switch, single))
+            match = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ipv4_dst=ip)
+            flows[(TABLE_FORWARD, PRIO_ROUTE, match)] = ofmsg.flow_add(
+                TABLE_FORWARD, PRIO_ROUTE, match, [action], cookie=ck)
+        return flows
+
+    def _used_groups(self, state: _SwitchState, flows) -> dict[int, tuple[int, ...]]:
+        used = {a.group_id for fm in flows.values() for ins in fm.instructions
+                if isinstance(ins, ofmsg.ApplyActions) for a in ins.actions
+                if isinstance(a, ofmsg.GroupAction)}
+        return {gid: layout for layout, gid in state.groups.items() if gid in used}
+
+    def switch_connected(self, switch: str) -> list[ofmsg.Message]:
+        """Full (re)install for a switch that just connected: wipe this app's
+        entries and groups, then install the current state."""
+        state = _SwitchState(groups={}, flows={})
+        flows = self._desired(switch, state)
+        used = self._used_groups(state, flows)
+        state.groups = {layout: gid for gid, layout in used.items()}
+        state.flows = flows
+        self._state[switch] = state
+        msgs: list[ofmsg.Message] = [wipe_app(APP_ROUTING), *pipeline_defaults()]
+        for gid, layout in sorted(used.items()):
+            msgs.append(ofmsg.group_delete(gid))
+            msgs.append(ofmsg.group_select(gid, layout))
+        msgs.extend(flows.values())
+        return ofmsg.ordered(msgs)
+
+    def switch_update(self, switch: str) -> list[ofmsg.Message]:
+        """Bring a connected switch to the current view, make-before-break:
+        new groups, then changed/new flows, then removed flows and groups."""
+        state = self._state.get(switch)
+        if state is None:
+            return self.switch_connected(switch)
+        old_flows, old_groups = state.flows, dict(state.groups)
+        flows = self._desired(switch, state)
+        used = self._used_groups(state, flows)
+        new_groups = [ofmsg.group_select(gid, layout) for gid, layout in sorted(used.items())
+                      if layout not in old_groups]
+        changed = [fm for key, fm in flows.items() if old_flows.get(key) != fm]
+        removed = [ofmsg.flow_delete_strict(t, p, m, cookie(APP_ROUTING), COOKIE_APP_MASK)
+                   for (t, p, m) in old_flows if (t, p, m) not in flows]
+        dead = [ofmsg.group_delete(gid) for layout, gid in sorted(old_groups.items(), key=lambda x: x[1])
+                if gid not in used]
+        state.groups = {layout: gid for gid, layout in used.items()}
+        state.flows = flows
+        return [*new_groups, *changed, *removed, *dead]
+
+    def link_changed(self, switch: str, port: int, up: bool) -> dict[str, list[ofmsg.Message]]:
+        """A port went up/down: update the view and every connected switch."""
+        if self.view.set_port_state(switch, port, up) is None:
+            return {}
+        out = {}
+        for sw in sorted(self._state):
+            msgs = self.switch_update(sw)
+            if msgs:
+                out[sw] = msgs
+        return out
+
+    def switch_disconnected(self, switch: str) -> None:
+        self._state.pop(switch, None)
+
+
+def app_logic(view: NetworkView, app: str) -> DestinationRouting:
+    if app not in ("single_path", "ecmp"):
+        raise ValueError(f"unknown routing app {app!r}; choose single_path or ecmp")
+    return DestinationRouting(view, multipath=(app == "ecmp"))

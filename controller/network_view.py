@@ -1,0 +1,169 @@
+"""The controller's view of the fabric: a networkx DiGraph built from a
+topology description.
+
+Nodes carry ``kind`` ("host"/"switch"), and for switches ``dpid``, ``role``,
+``pod``, ``layer``; for hosts ``ip``, ``mac``, ``index``. Each direction of a
+link is an edge ``u -> v`` with ``port`` (u's port towards v), ``capacity``
+(bits/s) and ``up``. Paths never transit hosts. Everything here is
+deterministic: neighbours and paths come out sorted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import product
+
+import networkx as nx
+
+from controller.topology import ROLE_LAYER, TopologyDescription
+
+
+class NetworkView:
+    def __init__(self, topo: TopologyDescription):
+        self.topo = topo
+        g = nx.DiGraph()
+        for sw in topo.switches:
+            g.add_node(sw.name, kind="switch", dpid=sw.dpid, role=sw.role, pod=sw.pod,
+                       layer=ROLE_LAYER[sw.role])
+        for i, h in enumerate(topo.hosts):
+            g.add_node(h.name, kind="host", ip=h.ip, mac=h.mac, index=i)
+        for lk in topo.links:
+            cap = lk.capacity_mbps * 1e6
+            g.add_edge(lk.a, lk.b, port=lk.a_port, capacity=cap, up=True)
+            g.add_edge(lk.b, lk.a, port=lk.b_port, capacity=cap, up=True)
+        self.graph = g
+        self.hosts = [h.name for h in topo.hosts]
+        self.switches = sorted(sw.name for sw in topo.switches)
+        self._by_dpid = {sw.dpid: sw.name for sw in topo.switches}
+        self._by_ip = {h.ip: h.name for h in topo.hosts}
+        self._port_peer = {(u, d["port"]): v for u, v, d in g.edges(data=True)}
+        self._dist_cache: dict[str, dict[str, int]] = {}
+        self.version = 0  # bumped on every link state change
+
+    # ---- look-ups ------------------------------------------------------
+    def switch_by_dpid(self, dpid: int) -> str | None:
+        return self._by_dpid.get(dpid)
+
+    def dpid(self, switch: str) -> int:
+        return self.graph.nodes[switch]["dpid"]
+
+    def host_by_ip(self, ip: str) -> str | None:
+        return self._by_ip.get(ip)
+
+    def ip(self, host: str) -> str:
+        return self.graph.nodes[host]["ip"]
+
+    def host_index(self, host: str) -> int:
+        return self.graph.nodes[host]["index"]
+
+    def is_host(self, node: str) -> bool:
+        return self.graph.nodes[node]["kind"] == "host"
+
+    def port(self, u: str, v: str) -> int:
+        """u's port towards v."""
+        return self.graph.edges[u, v]["port"]
+
+    def peer(self, node: str, port: int) -> str | None:
+        return self._port_peer.get((node, port))
+
+    def capacity(self, u: str, v: str) -> float:
+        return self.graph.edges[u, v]["capacity"]
+
+    def host_switch(self, host: str) -> tuple[str, int]:
+        """(edge switch, its port) of a single-homed host's first link."""
+        switches = sorted(self.graph.successors(host), key=lambda v: self.port(host, v))
+        if not switches:
+            raise KeyError(f"host {host} has no link")
+        return switches[0], self.port(switches[0], host)
+
+    def link_up(self, u: str, v: str) -> bool:
+        return self.graph.edges[u, v]["up"]
+
+    # ---- state changes ---------------------------------------------------
+    def set_link_state(self, u: str, v: str, up: bool) -> bool:
+        """Mark both directions of u--v; returns True if anything changed."""
+        changed = False
+        for a, b in ((u, v), (v, u)):
+            if self.graph.edges[a, b]["up"] != up:
+                self.graph.edges[a, b]["up"] = up
+                changed = True
+        if changed:
+            self._dist_cache.clear()
+            self.version += 1
+        return changed
+
+    def set_port_state(self, switch: str, port: int, up: bool) -> tuple[str, str] | None:
+        peer = self.peer(switch, port)
+        if peer is None:
+            return None
+        return (switch, peer) if self.set_link_state(switch, peer, up) else None
+
+    # ---- distances and equal-cost routing --------------------------------
+    def distances_to(self, dst: str) -> dict[str, int]:
+        """Hop counts of every node to ``dst`` over up links, never through
+        another host."""
+        cached = self._dist_cache.get(dst)
+        if cached is not None:
+            return cached
+        g = self.graph
+        dist = {dst: 0}
+        queue = deque([dst])
+        while queue:
+            node = queue.popleft()
+            if node != dst and g.nodes[node]["kind"] == "host":
+                continue
+            for pred in g.predecessors(node):
+                if pred not in dist and g.edges[pred, node]["up"]:
+                    dist[pred] = dist[node] + 1
+                    queue.append(pred)
+        self._dist_cache[dst] = dist
+        return dist
+
+    def next_hops(self, node: str, dst: str) -> list[str]:
+        """Neighbours of ``node`` on a shortest path to ``dst``, sorted by port."""
+        dist = self.distances_to(dst)
+        if node not in dist or node == dst:
+            return []
+        d = dist[node]
+        hops = [v for v in self.graph.successors(node)
+                if self.graph.edges[node, v]["up"] and dist.get(v) == d - 1
+                and (v == dst or not self.is_host(v))]
+        return sorted(hops, key=lambda v: self.port(node, v))
+
+    def equal_cost_paths(self, src: str, dst: str, limit: int = 10000) -> list[tuple[str, ...]]:
+        """All shortest paths src -> dst as node tuples (deterministic order)."""
+        paths: list[tuple[str, ...]] = []
+
+        def walk(node: str, acc: list[str]) -> None:
+            if len(paths) >= limit:
+                return
+            if node == dst:
+                paths.append(tuple(acc))
+                return
+            for nxt in self.next_hops(node, dst):
+                acc.append(nxt)
+                walk(nxt, acc)
+                acc.pop()
+
+        walk(src, [src])
+        return paths
+
+    @staticmethod
+    def path_links(path: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+        return list(zip(path[:-1], path[1:]))
+
+    def uplink_fanout_by_layer(self) -> dict[int, int]:
+        """Largest number of links a switch of each layer has towards higher
+        layers: the radix used to spread single paths over the fabric."""
+        out: dict[int, int] = {}
+        g = self.graph
+        for sw in self.switches:
+            layer = g.nodes[sw]["layer"]
+            ups = sum(1 for v in g.successors(sw)
+                      if g.nodes[v]["kind"] == "switch" and g.nodes[v]["layer"] > layer)
+            out[layer] = max(out.get(layer, 0), ups)
+        return out
+
+
+def host_pairs(view: NetworkView) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in product(view.hosts, view.hosts) if a != b]
