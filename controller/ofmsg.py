@@ -121,7 +121,6 @@ class PacketOut:
     data: bytes = field(default=b"", repr=False)
 
 
-Message = FlowMod | GroupMod | PacketOut
 
 
 # ---- builders --------------------------------------------------------------
@@ -180,3 +179,11 @@ def ordered(msgs: Iterable[Message]) -> list[Message]:
             seen.add(m)
             unique.append(m)
     return sorted(unique, key=_rank)  # stable: keeps the callers' order within a rank
+
+
+@dataclass(frozen=True)
+class PortDescRequest:
+    """Ask a switch for its ports (reply: EventOFPPortDescStatsReply)."""
+
+
+Message = FlowMod | GroupMod | PacketOut | PortDescRequest

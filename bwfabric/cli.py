@@ -1,0 +1,119 @@
+"""``bwfabric``: one command for the controller, topologies, config checks and
+experiments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _parse_params(items: list[str]) -> dict:
+    params = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"bwfabric: --param {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+def cmd_controller(args) -> int:
+    from controller import launcher
+    from controller.topology import TopologyError
+    try:
+        launcher.run(args.topology, args.apps.split(","), of_port=args.of_port,
+                     listen_host=args.listen, log_level=args.log_level)
+    except (TopologyError, ValueError) as exc:
+        print(f"bwfabric controller: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_topology(args) -> int:
+    from mininet_topos import builders
+    try:
+        topo = builders.build(args.kind, **_parse_params(args.param))
+    except (TypeError, ValueError) as exc:
+        print(f"bwfabric topology: {exc}", file=sys.stderr)
+        return 2
+    if args.output == "-":
+        print(json.dumps(topo.to_dict(), indent=1))
+    else:
+        topo.save(args.output)
+        print(f"wrote {args.output}: {len(topo.switches)} switches, {len(topo.hosts)} hosts, "
+              f"{len(topo.links)} links")
+    return 0
+
+
+def cmd_check_config(args) -> int:
+    from controller.topology import TopologyDescription, TopologyError
+    from mininet_topos import builders
+    status = 0
+    targets = list(args.files)
+    if args.builtin or not targets:
+        for kind in builders.BUILDERS:
+            topo = builders.build(kind)
+            TopologyDescription.from_dict(json.loads(json.dumps(topo.to_dict())))
+            print(f"ok: built-in {kind} ({len(topo.switches)} switches, {len(topo.hosts)} hosts)")
+    for path in targets:
+        try:
+            topo = TopologyDescription.load(path)
+        except TopologyError as exc:
+            print(f"{path}: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"ok: {path} ({len(topo.switches)} switches, {len(topo.hosts)} hosts, "
+              f"{len(topo.links)} links)")
+    return status
+
+
+def cmd_experiment(args) -> int:
+    from experiments import registry
+    return registry.run(args.name, args.option, Path(args.out))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bwfabric", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("controller", help="run controller apps on os-ken")
+    c.add_argument("--topology", required=True, help="topology description (JSON)")
+    c.add_argument("--apps", default="ecmp", help="comma-separated: single_path, ecmp, ...")
+    c.add_argument("--of-port", type=int, default=6653)
+    c.add_argument("--listen", default="127.0.0.1")
+    c.add_argument("--log-level", default="INFO")
+    c.set_defaults(func=cmd_controller)
+
+    t = sub.add_parser("topology", help="write a built-in topology description")
+    t.add_argument("kind", help="fattree, vl2, lessor-testbed, bgwc-testbed, star")
+    t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="builder parameter, e.g. k=4 or link_mbps=10")
+    t.add_argument("-o", "--output", default="-")
+    t.set_defaults(func=cmd_topology)
+
+    k = sub.add_parser("check-config", help="validate topology descriptions without starting anything")
+    k.add_argument("files", nargs="*")
+    k.add_argument("--builtin", action="store_true", help="also check the built-in topologies")
+    k.set_defaults(func=cmd_check_config)
+
+    e = sub.add_parser("experiment", help="run an emulated experiment (default: the main job)")
+    e.add_argument("name", nargs="?", default="main")
+    e.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="experiment option, e.g. duration=20")
+    e.add_argument("--out", default="results", help="directory for JSON and PNG results")
+    e.set_defaults(func=cmd_experiment)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

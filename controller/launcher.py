@@ -1,0 +1,64 @@
+"""Start bwfabric apps on os-ken through AppManager (os-ken 4.x ships no
+``osken-manager``). Under Ryu, the same app modules load with
+``BWFABRIC_TOPOLOGY=t.json ryu-manager apps/routing/ecmp.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from controller.topology import TopologyDescription
+
+# Short names for `bwfabric controller --apps`; full module paths work too.
+APPS = {
+    "single_path": "apps.routing.single_path",
+    "ecmp": "apps.routing.ecmp",
+}
+ROUTING_APPS = {"single_path", "ecmp"}
+
+
+def resolve_apps(names: list[str]) -> list[str]:
+    """Map short names to modules; reject unknown ones and two routing apps."""
+    modules, routing = [], []
+    for name in names:
+        name = name.strip()
+        if not name:
+            continue
+        if name in APPS:
+            modules.append(APPS[name])
+            if name in ROUTING_APPS:
+                routing.append(name)
+        elif "." in name:
+            modules.append(name)
+        else:
+            raise ValueError(f"unknown app {name!r}; known: {', '.join(sorted(APPS))} "
+                             "(or a full module path)")
+    if len(routing) > 1:
+        raise ValueError(f"apps {', '.join(routing)} both route; choose one")
+    if not modules:
+        raise ValueError("no app given")
+    return modules
+
+
+def run(topology: str | Path, apps: list[str], of_port: int = 6653,
+        listen_host: str = "127.0.0.1", log_level: str = "INFO") -> None:
+    """Validate everything first, then block running the apps."""
+    modules = resolve_apps(apps)
+    TopologyDescription.load(topology)  # raises TopologyError naming the problem
+    os.environ["BWFABRIC_TOPOLOGY"] = str(Path(topology).resolve())
+    logging.basicConfig(level=getattr(logging, log_level.upper()),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    from os_ken.lib import hub
+    hub.patch(thread=False)
+    from os_ken import cfg
+    from os_ken.base.app_manager import AppManager
+    import os_ken.controller.controller  # noqa: F401  (registers the ofp-* options)
+
+    cfg.CONF(args=[], project="os_ken")
+    cfg.CONF.set_override("ofp_tcp_listen_port", of_port)
+    cfg.CONF.set_override("ofp_listen_host", listen_host)
+    logging.getLogger("bwfabric").info("starting %s on %s:%d", ", ".join(modules), listen_host, of_port)
+    AppManager.run_apps(modules + ["os_ken.controller.ofp_handler"])

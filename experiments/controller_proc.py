@@ -1,0 +1,73 @@
+"""Run ``bwfabric controller`` as a child process and measure its CPU."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+
+class ControllerProcess:
+    def __init__(self, topology_file: Path, apps: list[str], of_port: int, log_file: Path,
+                 cpu_interval: float = 1.0):
+        self.cmd = [sys.executable, "-m", "bwfabric.cli", "controller", "--topology",
+                    str(topology_file), "--apps", ",".join(apps), "--of-port", str(of_port)]
+        self.log_file = log_file
+        self.cpu_interval = cpu_interval
+        self.proc: subprocess.Popen | None = None
+        self.cpu_samples: list[tuple[float, float]] = []  # (t, percent of one core)
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    def start(self) -> "ControllerProcess":
+        self._log = open(self.log_file, "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        time.sleep(0.5)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"controller exited at once ({self.proc.returncode}); "
+                               f"see {self.log_file}:\n{Path(self.log_file).read_text()[-2000:]}")
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+        return self
+
+    def _sample(self) -> None:
+        p = psutil.Process(self.proc.pid)
+        p.cpu_percent(None)
+        t0 = time.monotonic()
+        while not self._stop.wait(self.cpu_interval):
+            try:
+                self.cpu_samples.append((time.monotonic() - t0, p.cpu_percent(None)))
+            except psutil.NoSuchProcess:
+                return
+
+    def cpu_between(self, t_from: float, t_to: float) -> float:
+        vals = [c for t, c in self.cpu_samples if t_from <= t <= t_to]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    def elapsed(self) -> float:
+        return self.cpu_samples[-1][0] if self.cpu_samples else 0.0
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._sampler:
+            self._sampler.join(2)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def __enter__(self) -> "ControllerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,111 @@
+"""Open vSwitch on this machine: start it, and make its userspace datapath
+able to carry a fabric.
+
+All userspace sends go through one AF_PACKET socket created at ovs-vswitchd's
+first forwarded packet with ``net.core.wmem_default`` as its send buffer
+(212992 bytes by default: ~90 packets for the whole fabric, past which OVS
+drops silently). We set a large default before OVS starts, and check the live
+socket's buffer (``ss -0 -m``) so a run never silently uses a small one.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+WMEM_SYSCTL = "/proc/sys/net/core/wmem_default"
+WANT_WMEM = 33554432
+
+
+class OvsError(RuntimeError):
+    pass
+
+
+def _run(cmd: list[str], check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def ovs_running() -> bool:
+    if shutil.which("ovs-vsctl") is None:
+        return False
+    return _run(["ovs-vsctl", "--timeout=3", "show"], check=False).returncode == 0 and \
+        _run(["pidof", "ovs-vswitchd"], check=False).returncode == 0
+
+
+def vswitchd_pid() -> int | None:
+    out = _run(["pidof", "ovs-vswitchd"], check=False).stdout.split()
+    return int(out[0]) if out else None
+
+
+def packet_socket_sndbuf(pid: int) -> int | None:
+    """Send buffer (bytes) of ovs-vswitchd's raw packet socket, None before
+    its first forwarded packet."""
+    out = _run(["ss", "-0", "-m", "-p", "-a"], check=False).stdout
+    best = None
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if f"pid={pid}," in line:
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            m = re.search(r"tb(\d+)", line + nxt)
+            if m:
+                best = max(best or 0, int(m.group(1)))
+    return best
+
+
+def set_wmem_default(value: int) -> int:
+    old = int(Path(WMEM_SYSCTL).read_text())
+    Path(WMEM_SYSCTL).write_text(str(value))
+    return old
+
+
+def ensure_ovs() -> list[str]:
+    """Start OVS if needed; returns warnings about its fitness for emulation."""
+    warnings = []
+    if shutil.which("ovs-vsctl") is None:
+        raise OvsError("Open vSwitch is not installed: apt-get install openvswitch-switch")
+    if int(Path(WMEM_SYSCTL).read_text()) < WANT_WMEM:
+        set_wmem_default(WANT_WMEM)
+    if not ovs_running():
+        res = _run([OVS_CTL, "start", "--system-id=random"], check=False, timeout=60)
+        if not ovs_running():
+            raise OvsError(f"could not start Open vSwitch: {res.stdout}{res.stderr}")
+    pid = vswitchd_pid()
+    buf = packet_socket_sndbuf(pid) if pid else None
+    if buf is not None and buf < WANT_WMEM:
+        bridges = _run(["ovs-vsctl", "list-br"]).stdout.split()
+        if not bridges:
+            _run([OVS_CTL, "restart", "--system-id=random"], check=False, timeout=60)
+        else:
+            warnings.append(
+                f"ovs-vswitchd's packet socket has a {buf}-byte send buffer (wanted {WANT_WMEM}); "
+                f"OVS will drop silently under load. Stop the bridges {' '.join(bridges)} and "
+                "restart OVS with net.core.wmem_default raised.")
+    return warnings
+
+
+def delete_bridges(names: list[str]) -> None:
+    existing = set(_run(["ovs-vsctl", "list-br"], check=False).stdout.split())
+    for name in names:
+        if name in existing:
+            _run(["ovs-vsctl", "--if-exists", "del-br", name], check=False)
+
+
+def dump_flows(bridge: str, table: int | None = None) -> list[str]:
+    cmd = ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge]
+    if table is not None:
+        cmd.append(f"table={table}")
+    out = _run(cmd, check=False).stdout
+    return [ln.strip() for ln in out.splitlines() if "priority" in ln]
+
+
+def controller_connected(bridge: str) -> bool:
+    res = _run(["ovs-vsctl", "--timeout=3", "get", "bridge", bridge, "controller"], check=False)
+    uuids = re.findall(r"[0-9a-f-]{36}", res.stdout)
+    for uuid in uuids:
+        st = _run(["ovs-vsctl", "--timeout=3", "get", "controller", uuid, "is_connected"], check=False)
+        if st.stdout.strip() == "true":
+            return True
+    return False
