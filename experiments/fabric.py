@@ -99,6 +99,14 @@ class Fabric:
                     subprocess.run(["ovs-vsctl", "set", "interface", intf.name,
                                     f"mtu_request={mtu}"], check=True, capture_output=True)
 
+    def clear_forwarding(self) -> None:
+        """Remove every flow and group from our switches (between two
+        controller runs on the same fabric, so the next app starts clean)."""
+        for sw in self.topo.switches:
+            for what in ("del-flows", "del-groups"):
+                subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, sw.name],
+                               check=True, capture_output=True)
+
     # ---- readiness -------------------------------------------------------------
     def host(self, name: str):
         return self.net.get(name)

@@ -1,0 +1,158 @@
+"""Flow-size workload client and server, run inside emulated hosts.
+
+    python -m experiments.flowgen server --port 7000 --out rx.json [--mptcp]
+    python -m experiments.flowgen client --plan plan.json --t0 EPOCH --deadline S --out flows.jsonl
+
+A flow is one TCP (or MPTCP) connection: an 8-byte size header, then that
+many bytes; the server answers one byte when all have arrived, and the client
+logs the completion time (connect to answer). The server counts received bytes
+in 100 ms slots (receiver-side goodput) and writes them on SIGTERM. Flows not
+done at the deadline are logged as incomplete with the bytes they had sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+IPPROTO_MPTCP = 262
+SLOT_S = 0.1
+CHUNK = 64 * 1024
+
+
+def _socket(mptcp: bool) -> socket.socket:
+    return socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP if mptcp else 0)
+
+
+def serve(port: int, out: str, mptcp: bool) -> None:
+    t0 = time.time()
+    slots: dict[int, int] = {}
+    lock = threading.Lock()
+    flows_done = [0]
+
+    def dump(*_):
+        with lock:
+            n = max(slots, default=-1) + 1
+            data = {"t0": t0, "slot_s": SLOT_S, "bytes": [slots.get(i, 0) for i in range(n)],
+                    "flows_done": flows_done[0]}
+        with open(out, "w") as f:
+            json.dump(data, f)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, dump)
+    srv = _socket(mptcp)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", port))
+    srv.listen(256)
+
+    def handle(conn: socket.socket) -> None:
+        with conn:
+            hdr = b""
+            while len(hdr) < 8:
+                chunk = conn.recv(8 - len(hdr))
+                if not chunk:
+                    return
+                hdr += chunk
+            (size,) = struct.unpack("!Q", hdr)
+            got = 0
+            while got < size:
+                chunk = conn.recv(min(CHUNK, size - got))
+                if not chunk:
+                    return
+                got += len(chunk)
+                slot = int((time.time() - t0) / SLOT_S)
+                with lock:
+                    slots[slot] = slots.get(slot, 0) + len(chunk)
+            conn.sendall(b"\x01")
+            with lock:
+                flows_done[0] += 1
+
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+
+def client(plan_file: str, t0: float, deadline: float, out: str, mptcp: bool) -> None:
+    plan = json.load(open(plan_file))
+    payload = b"\0" * CHUNK
+    lock = threading.Lock()
+    log = open(out, "w", buffering=1)
+    state: dict[int, dict] = {}
+
+    def run_flow(i: int, flow: dict) -> None:
+        rec = {"id": flow["id"], "dst": flow["dst"], "size": flow["size"], "start": None,
+               "fct": None, "sent": 0, "complete": False}
+        state[i] = rec
+        try:
+            s = _socket(mptcp)
+            s.settimeout(max(1.0, t0 + deadline - time.time()))
+            rec["start"] = time.time() - t0
+            s.connect((flow["ip"], flow["port"]))
+            s.sendall(struct.pack("!Q", flow["size"]))
+            left = flow["size"]
+            while left > 0:
+                n = s.send(payload[:min(CHUNK, left)])
+                left -= n
+                rec["sent"] += n
+            if s.recv(1) == b"\x01":
+                rec["fct"] = time.time() - t0 - rec["start"]
+                rec["complete"] = True
+            s.close()
+        except OSError as exc:
+            rec["error"] = str(exc)
+        log_once(rec)
+
+    def log_once(rec: dict) -> None:
+        with lock:
+            if not rec.get("logged"):
+                rec["logged"] = True
+                log.write(json.dumps({k: v for k, v in rec.items() if k != "logged"}) + "\n")
+
+    threads = []
+    for i, flow in enumerate(plan):
+        delay = t0 + flow["start_s"] - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        th = threading.Thread(target=run_flow, args=(i, flow), daemon=True)
+        th.start()
+        threads.append(th)
+    end = t0 + deadline
+    for th in threads:
+        th.join(max(0.0, end - time.time()))
+    for rec in list(state.values()):
+        log_once(rec)
+    with lock:
+        log.close()
+    # threads still blocked in send() must not keep the process alive
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="flowgen")
+    sub = p.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("server")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--mptcp", action="store_true")
+    c = sub.add_parser("client")
+    c.add_argument("--plan", required=True)
+    c.add_argument("--t0", type=float, required=True)
+    c.add_argument("--deadline", type=float, required=True, help="seconds after t0")
+    c.add_argument("--out", required=True)
+    c.add_argument("--mptcp", action="store_true")
+    args = p.parse_args(argv)
+    if args.mode == "server":
+        serve(args.port, args.out, args.mptcp)
+    else:
+        client(args.plan, args.t0, args.deadline, args.out, args.mptcp)
+
+
+if __name__ == "__main__":
+    main()

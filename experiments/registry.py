@@ -1,0 +1,43 @@
+"""Named experiments for ``bwfabric experiment NAME``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from experiments import routing_comparison
+from experiments.options import OptionError, parse_options
+
+EXPERIMENTS = {
+    # name: (module with Config and run, overrides of its defaults, one-line help)
+    "main": (routing_comparison, {}, "FatTree k=4 10 Mb/s: permutation + web search, single_path vs ecmp"),
+    "fidelity": (routing_comparison, routing_comparison.FIDELITY,
+                 "single_path stride-4/stride-8/permutation vs the max-min ideal"),
+}
+
+
+def run(name: str, option_items: list[str], out: Path) -> int:
+    if name not in EXPERIMENTS:
+        print(f"bwfabric experiment: unknown experiment {name!r}; known: "
+              + ", ".join(f"{n} ({h})" for n, (_, _, h) in EXPERIMENTS.items()), file=sys.stderr)
+        return 2
+    module, overrides, _ = EXPERIMENTS[name]
+    try:
+        defaults = [f"{k}={','.join(v) if isinstance(v, tuple) else v}" for k, v in overrides.items()]
+        cfg = parse_options(module.Config, defaults + list(option_items))
+    except (OptionError, ValueError) as exc:
+        print(f"bwfabric experiment {name}: {exc}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("bwfabric experiment: emulation needs root (Mininet, Open vSwitch)", file=sys.stderr)
+        return 2
+    module.run(cfg, out / name)
+    return 0
+
+
+def describe() -> list[str]:
+    return [f"{n}: {h}" for n, (_, _, h) in EXPERIMENTS.items()]
+
+
+__all__ = ["run", "describe", "EXPERIMENTS"]

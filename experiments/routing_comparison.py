@@ -1,0 +1,234 @@
+"""Routing apps compared on an emulated FatTree: long-flow patterns
+(iperf3) and an open-loop flow-size workload, against the max-min fair ideal.
+
+The main job (``bwfabric experiment``) is the default configuration: FatTree
+k=4 at 10 Mb/s, a random permutation of long flows and the web-search
+workload, single_path vs ecmp. ``bwfabric experiment fidelity`` runs the
+stride-4, stride-8 and permutation patterns with single_path only.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from apps.routing.logic import DestinationRouting
+from controller.network_view import NetworkView
+from experiments import results as R
+from experiments.controller_proc import ControllerProcess
+from experiments.fabric import Fabric
+from experiments.traffic import run_long_flows, run_workload
+from experiments.workloads import SizeCdf, open_loop_flows, permutation, stride
+from mininet_topos import builders
+from experiments.options import OptionError
+
+PATTERNS = ("permutation", "stride4", "stride8", "stride1", "stride2")
+
+
+@dataclass
+class Config:
+    k: int = 4
+    link_mbps: float = 10.0
+    mtu: int = builders.JUMBO_MTU
+    queue_bytes: int = builders.DEFAULT_QUEUE_BYTES
+    apps: tuple[str, ...] = ("single_path", "ecmp")
+    patterns: tuple[str, ...] = ("permutation",)
+    long_duration: float = 20.0
+    omit: float = 3.0
+    workload: str | None = "websearch"
+    load: float = 0.5
+    ws_duration: float = 30.0
+    drain: float = 15.0
+    seed: int = 1
+    of_port: int = 6653
+
+    def check(self) -> None:
+        for p in self.patterns:
+            if p not in PATTERNS:
+                raise OptionError(f"option patterns: {p!r} is not one of {', '.join(PATTERNS)}")
+        for a in self.apps:
+            if a not in ("single_path", "ecmp"):
+                raise OptionError(f"option apps: {a!r} is not single_path or ecmp")
+        if not 0 < self.load <= 1:
+            raise OptionError(f"option load={self.load}: must be in (0, 1]")
+        if self.link_mbps <= 0 or self.long_duration <= 0 or self.ws_duration <= 0:
+            raise OptionError("options link_mbps, long_duration, ws_duration must be positive")
+        if self.workload is not None:
+            SizeCdf.load(self.workload)
+
+
+FIDELITY = dict(apps=("single_path",), patterns=("stride4", "stride8", "permutation"), workload=None)
+
+
+def _pairs(name: str, hosts: list[str], seed: int) -> list[tuple[str, str]]:
+    if name == "permutation":
+        return permutation(hosts, random.Random(seed))
+    return stride(hosts, int(name.removeprefix("stride")))
+
+
+def _known_paths(view: NetworkView, app: str, pairs) -> list[tuple[str, ...]] | None:
+    if app != "single_path":
+        return None  # ECMP: the switches' hash picks the path; not known to us
+    routing = DestinationRouting(view, multipath=False)
+    return [routing.single_path(s, d) for s, d in pairs]
+
+
+def run(cfg: Config, out_dir: Path) -> dict:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    topo = builders.fattree(k=cfg.k, link_mbps=cfg.link_mbps, mtu=cfg.mtu, queue_bytes=cfg.queue_bytes)
+    topo_file = out_dir / "topology.json"
+    topo.save(topo_file)
+    view = NetworkView(topo)
+    hosts = view.hosts
+    patterns = {p: _pairs(p, hosts, cfg.seed) for p in cfg.patterns}
+    ws_flows = []
+    if cfg.workload:
+        ws_flows = open_loop_flows(hosts, SizeCdf.load(cfg.workload), cfg.load, cfg.link_mbps,
+                                   cfg.ws_duration, cfg.seed)
+    per_app = (len(patterns) * (cfg.long_duration + cfg.omit + 2)
+               + ((cfg.ws_duration + cfg.drain + 1) if cfg.workload else 0))
+    report: dict = {"config": asdict(cfg), "topology": topo.name, "apps": {}, "warnings": []}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeRemainingColumn()) as prog, \
+            Fabric(topo, of_port=cfg.of_port) as fab:
+        report["warnings"] += fab.warnings
+        task = prog.add_task("starting", total=per_app * len(cfg.apps))
+        advance = lambda s: prog.advance(task, s)  # noqa: E731
+        for app in cfg.apps:
+            fab.clear_forwarding()
+            app_rep: dict = {"long": {}, "workload": None}
+            with ControllerProcess(topo_file, [app], cfg.of_port, out_dir / f"controller-{app}.log") as ctl:
+                prog.update(task, description=f"{app}: installing routes")
+                t_start = time.monotonic()
+                fab.wait_routes()
+                app_rep["routes_ready_s"] = round(time.monotonic() - t_start, 2)
+                sample = [p for pairs in patterns.values() for p in pairs][:8] or [(hosts[0], hosts[-1])]
+                app_rep["ping_failures"] = fab.ping_pairs(sample)
+                for name, pairs in patterns.items():
+                    prog.update(task, description=f"{app}: long flows ({name})")
+                    flows = run_long_flows(fab, pairs, cfg.long_duration, cfg.omit, progress=advance)
+                    app_rep["long"][name] = _long_report(view, app, pairs, flows, cfg, report)
+                if cfg.workload:
+                    prog.update(task, description=f"{app}: {cfg.workload} workload, load {cfg.load}")
+                    wr = run_workload(fab, ws_flows, cfg.ws_duration, out_dir / f"workload-{app}",
+                                      drain_s=cfg.drain, progress=advance)
+                    app_rep["workload"] = {"aggregate_mbps": wr.aggregate_mbps, "window_s": wr.window_s,
+                                           **R.fct_stats(wr.flows), "flows_detail": wr.flows}
+                app_rep["controller_cpu_percent"] = round(ctl.cpu_between(0, ctl.elapsed()), 2)
+            report["apps"][app] = app_rep
+    R.write_json(out_dir / "results.json", report)
+    plot(report, out_dir / "results.png")
+    print_report(report)
+    print(f"\nresults: {out_dir / 'results.json'}  plot: {out_dir / 'results.png'}")
+    return report
+
+
+def _long_report(view: NetworkView, app: str, pairs, flows, cfg: Config, report: dict) -> dict:
+    measured = [f.mbps or 0.0 for f in flows]
+    nb = R.non_blocking_ideal_mbps(view, pairs)
+    paths = _known_paths(view, app, pairs)
+    ideal = R.max_min_ideal_mbps(view, paths) if paths else None
+    rates_for_envelope = ideal or nb
+    envelope_paths = paths or [view.equal_cost_paths(s, d, limit=1)[0] for s, d in pairs]
+    pkt_hops = R.envelope_pkt_hops(view, envelope_paths, rates_for_envelope, cfg.mtu)
+    if pkt_hops > R.ENVELOPE_PKT_HOPS_PER_S:
+        report["warnings"].append(
+            f"{app}: the ideal rates need {pkt_hops:.0f} packet-hops/s, beyond the ~"
+            f"{R.ENVELOPE_PKT_HOPS_PER_S} userspace OVS carries here: expect low fidelity")
+    rep = {
+        "aggregate_mbps": sum(measured),
+        "ideal_paths_mbps": sum(ideal) if ideal else None,
+        "fidelity": sum(measured) / sum(ideal) if ideal else None,
+        "non_blocking_mbps": sum(nb),
+        "ratio_non_blocking": sum(measured) / sum(nb),
+        "failed_flows": [f"{f.src}->{f.dst}: {f.error}" for f in flows if f.mbps is None],
+        "pkt_hops_per_s": round(pkt_hops),
+        "flows": [{"src": f.src, "dst": f.dst, "mbps": f.mbps,
+                   "ideal_mbps": ideal[i] if ideal else None, "path": paths[i] if paths else None}
+                  for i, f in enumerate(flows)],
+    }
+    if rep["fidelity"] is not None and rep["fidelity"] < 0.85:
+        report["warnings"].append(f"{app}: fidelity {rep['fidelity']:.2f} < 0.85: the emulator, not the "
+                                  "routing, may be limiting this run")
+    return rep
+
+
+def print_report(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cfg = report["config"]
+    con = Console(width=max(120, Console().width))
+    t = Table(title=f"Long flows on {report['topology']} at {cfg['link_mbps']:g} Mb/s "
+                    f"({cfg['long_duration']:g} s each, goodput at the receivers)")
+    for col in ("app", "pattern", "aggregate Mb/s", "max-min ideal (paths)", "fidelity",
+                "non-blocking ideal", "ratio"):
+        t.add_column(col, justify="right" if col not in ("app", "pattern") else "left")
+    for app, rep in report["apps"].items():
+        for pat, lr in rep["long"].items():
+            t.add_row(app, pat, R.fmt(lr["aggregate_mbps"], ".1f"), R.fmt(lr["ideal_paths_mbps"], ".1f",
+                      "paths unknown"), R.fmt(lr["fidelity"], ".3f"), R.fmt(lr["non_blocking_mbps"], ".1f"),
+                      R.fmt(lr["ratio_non_blocking"], ".3f"))
+    con.print(t)
+    if cfg.get("workload"):
+        w = Table(title=f"{cfg['workload']} workload, load {cfg['load']:g}, {cfg['ws_duration']:g} s "
+                        "of arrivals")
+        for col in ("app", "throughput Mb/s", "flows done", "mean FCT s", "p95 FCT s", "controller CPU %"):
+            w.add_column(col, justify="left" if col == "app" else "right")
+        for app, rep in report["apps"].items():
+            wl = rep["workload"]
+            w.add_row(app, R.fmt(wl["aggregate_mbps"], ".1f"), f"{wl['completed']}/{wl['flows']}",
+                      R.fmt(wl["mean_fct_s"], ".3f"), R.fmt(wl["p95_fct_s"], ".3f"),
+                      R.fmt(rep["controller_cpu_percent"], ".1f"))
+        con.print(w)
+    for app, rep in report["apps"].items():
+        if rep["ping_failures"]:
+            con.print(f"[red]{app}: ping failed for {rep['ping_failures']}")
+    for warning in report["warnings"]:
+        con.print(f"[yellow]warning: {warning}")
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    apps = list(report["apps"])
+    has_wl = bool(report["config"].get("workload"))
+    fig, axes = plt.subplots(1, 2 if has_wl else 1, figsize=(11 if has_wl else 6, 4.2), squeeze=False)
+    ax = axes[0][0]
+    patterns = list(next(iter(report["apps"].values()))["long"]) if apps else []
+    width = 0.8 / max(1, len(apps))
+    for i, app in enumerate(apps):
+        vals = [report["apps"][app]["long"][p]["aggregate_mbps"] for p in patterns]
+        xs = [j + i * width for j in range(len(patterns))]
+        ax.bar(xs, vals, width, label=app)
+        for x, p in zip(xs, patterns):
+            ideal = report["apps"][app]["long"][p]["ideal_paths_mbps"]
+            if ideal:
+                ax.plot([x - width / 2, x + width / 2], [ideal, ideal], "k--", lw=1)
+    if patterns:
+        nb = report["apps"][apps[0]]["long"][patterns[0]]["non_blocking_mbps"]
+        ax.axhline(nb, color="grey", lw=1, ls=":", label="non-blocking ideal")
+    ax.set_xticks([j + width * (len(apps) - 1) / 2 for j in range(len(patterns))], patterns)
+    ax.set_ylabel("aggregate goodput (Mb/s)")
+    ax.set_title("long flows (dashes: max-min ideal of the paths)")
+    ax.legend(fontsize=8)
+    if has_wl:
+        ax2 = axes[0][1]
+        for app in apps:
+            wl = report["apps"][app]["workload"]
+            fcts = sorted(r["fct"] for r in wl["flows_detail"] if r.get("complete"))
+            if fcts:
+                ax2.plot(fcts, [(i + 1) / len(fcts) for i in range(len(fcts))], label=app)
+        ax2.set_xscale("log")
+        ax2.set_xlabel("flow completion time (s)")
+        ax2.set_ylabel("CDF")
+        ax2.set_title(f"{report['config']['workload']} FCT, load {report['config']['load']:g}")
+        ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
