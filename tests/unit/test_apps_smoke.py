@@ -1,0 +1,78 @@
+"""Fire every os-ken handler of the routing apps once, with real os-ken event
+and parser classes and a recording datapath (no switch)."""
+
+import pytest
+from os_ken.controller import ofp_event
+from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser as parser
+
+from apps.routing.ecmp import EcmpApp
+from apps.routing.logic import app_logic
+from apps.routing.single_path import SinglePathApp
+from controller.network_view import NetworkView
+from mininet_topos import builders
+
+
+class RecordingDatapath(ofproto_protocol.ProtocolDesc):
+    def __init__(self, dpid):
+        super().__init__(ofproto_v1_3.OFP_VERSION)
+        self.id = dpid
+        self.sent = []
+
+    def send_msg(self, msg):
+        msg.serialize()  # must be valid on the wire
+        self.sent.append(msg)
+
+
+class Msg:
+    def __init__(self, datapath, **kw):
+        self.datapath = datapath
+        self.__dict__.update(kw)
+
+
+def _port(no, up=True):
+    state = 0 if up else ofproto_v1_3.OFPPS_LINK_DOWN
+    return parser.OFPPort(no, "00:00:00:00:00:01", f"p{no}", 0, state, 0, 0, 0, 0, 0, 0)
+
+
+@pytest.fixture
+def topo_env(tmp_path, monkeypatch):
+    topo = builders.fattree(4)
+    path = tmp_path / "t.json"
+    topo.save(path)
+    monkeypatch.setenv("BWFABRIC_TOPOLOGY", str(path))
+    return NetworkView(topo)
+
+
+@pytest.mark.parametrize("cls,app", [(SinglePathApp, "single_path"), (EcmpApp, "ecmp")])
+def test_every_handler_once(topo_env, cls, app):
+    view = topo_env
+    inst = cls()
+    dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
+    for sw, dp in dps.items():
+        inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+        expected = app_logic(view, app).switch_connected(sw)
+        assert len(dp.sent) == len(expected) + 1          # + the port description request
+        assert type(dp.sent[-1]).__name__ == "OFPPortDescStatsRequest"
+    # all ports up: nothing changes
+    e00 = dps["e0_0"]
+    before = {sw: len(dp.sent) for sw, dp in dps.items()}
+    inst._port_desc(ofp_event.EventOFPPortDescStatsReply(Msg(e00, body=[_port(1), _port(3)])))
+    assert {sw: len(dp.sent) for sw, dp in dps.items()} == before
+    # an uplink goes down: switches get updates and the view drops the link
+    port = view.port("e0_0", "a0_0")
+    inst._port_status(ofp_event.EventOFPPortStatus(
+        Msg(e00, reason=ofproto_v1_3.OFPPR_MODIFY, desc=_port(port, up=False))))
+    assert not inst.view.link_up("e0_0", "a0_0")
+    assert sum(len(dp.sent) for dp in dps.values()) > sum(before.values())
+    # unknown datapath is ignored, disconnect forgets the switch
+    stranger = RecordingDatapath(999)
+    inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(stranger)))
+    assert stranger.sent == []
+    inst._disconnected(ofp_event.EventOFPStateChange(e00))
+    assert "e0_0" not in inst.datapaths
+
+
+def test_app_without_topology_fails_clearly(monkeypatch):
+    monkeypatch.delenv("BWFABRIC_TOPOLOGY", raising=False)
+    with pytest.raises(RuntimeError, match="BWFABRIC_TOPOLOGY"):
+        EcmpApp()

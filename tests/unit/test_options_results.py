@@ -1,0 +1,39 @@
+import pytest
+
+from experiments import registry, results
+from experiments.options import OptionError, parse_options
+from experiments.routing_comparison import Config
+
+
+def test_options_parse_and_reject():
+    cfg = parse_options(Config, ["k=4", "apps=ecmp", "load=0.7", "workload=none", "link-mbps=5"])
+    assert (cfg.apps, cfg.load, cfg.workload, cfg.link_mbps) == (("ecmp",), 0.7, None, 5.0)
+    with pytest.raises(OptionError, match="unknown option 'colour'"):
+        parse_options(Config, ["colour=red"])
+    with pytest.raises(OptionError, match="load='high'"):
+        parse_options(Config, ["load=high"])
+    with pytest.raises(OptionError, match="load=1.5"):
+        parse_options(Config, ["load=1.5"])
+    with pytest.raises(OptionError, match="'ospf'"):
+        parse_options(Config, ["apps=ospf"])
+    with pytest.raises(OptionError, match="'ring'"):
+        parse_options(Config, ["patterns=ring"])
+
+
+def test_registry_rejects_unknown_experiment_and_bad_option(capsys, tmp_path):
+    assert registry.run("nosuch", [], tmp_path) == 2
+    assert "unknown experiment 'nosuch'" in capsys.readouterr().err
+    assert registry.run("main", ["load=2"], tmp_path) == 2
+    assert "load=2.0" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())   # nothing started, nothing written
+
+
+def test_percentile_and_mean():
+    assert results.percentile([], 95) is None
+    assert results.percentile([5], 95) == 5
+    assert results.percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
+    assert results.percentile([1, 2, 3, 4], 50) == pytest.approx(2.5)
+    assert results.mean([1, 2, 3]) == 2
+    stats = results.fct_stats([{"fct": 1.0, "complete": True}, {"fct": None, "complete": False},
+                               {"fct": 3.0, "complete": True}])
+    assert stats["completed"] == 2 and stats["mean_fct_s"] == 2.0 and stats["flows"] == 3

@@ -1,0 +1,48 @@
+import random
+
+import pytest
+
+from experiments.workloads import SizeCdf, open_loop_flows, permutation, poisson_arrivals, stride
+
+
+def test_websearch_cdf_mean_and_sampling():
+    cdf = SizeCdf.load("websearch")
+    assert 1.5e6 < cdf.mean() < 1.9e6
+    rng = random.Random(3)
+    samples = [cdf.sample(rng) for _ in range(50000)]
+    assert sum(samples) / len(samples) == pytest.approx(cdf.mean(), rel=0.05)
+    short = sum(1 for s in samples if s < 100_000) / len(samples)
+    assert short == pytest.approx(0.53 + 0.07 * 20 / 120, abs=0.01)   # CDF at 100 KB, between 80 KB and 200 KB
+    assert max(samples) <= 30_000_000
+
+
+def test_bad_cdf_files_are_named(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("0 0\n100 50\n50 60\n")
+    with pytest.raises(ValueError, match="bad.txt:3"):
+        SizeCdf.load(bad)
+    bad.write_text("0 0\n100 50\n")
+    with pytest.raises(ValueError, match="100 percent"):
+        SizeCdf.load(bad)
+
+
+def test_patterns():
+    hosts = [f"h{i}" for i in range(1, 17)]
+    perm = permutation(hosts, random.Random(1))
+    assert sorted(d for _, d in perm) == sorted(hosts) and all(s != d for s, d in perm)
+    assert permutation(hosts, random.Random(1)) == perm      # seeded
+    assert stride(hosts, 4)[0] == ("h1", "h5") and stride(hosts, 4)[15] == ("h16", "h4")
+    with pytest.raises(ValueError):
+        stride(hosts, 16)
+
+
+def test_poisson_rate_and_open_loop_load():
+    times = poisson_arrivals(50, 100, random.Random(2))
+    assert len(times) == pytest.approx(5000, rel=0.05)
+    hosts = [f"h{i}" for i in range(16)]
+    cdf = SizeCdf.load("websearch")
+    flows = open_loop_flows(hosts, cdf, load=0.5, host_mbps=10, duration_s=200, seed=4)
+    offered = sum(f.size for f in flows) * 8 / 200 / 1e6 / len(hosts)
+    assert offered == pytest.approx(5.0, rel=0.2)
+    assert all(f.src != f.dst for f in flows)
+    assert flows == open_loop_flows(hosts, cdf, load=0.5, host_mbps=10, duration_s=200, seed=4)
