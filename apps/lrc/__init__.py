@@ -1,0 +1,1 @@
+"""LRC: logistic rate control of VM-pair rates. Not implemented yet (a later issue)."""
