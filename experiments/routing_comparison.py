@@ -41,6 +41,7 @@ class Config:
     load: float = 0.5
     ws_duration: float = 30.0
     drain: float = 15.0
+    mptcp: bool = False
     seed: int = 1
     of_port: int = 6653
 
@@ -114,7 +115,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
                 if cfg.workload:
                     prog.update(task, description=f"{app}: {cfg.workload} workload, load {cfg.load}")
                     wr = run_workload(fab, ws_flows, cfg.ws_duration, out_dir / f"workload-{app}",
-                                      drain_s=cfg.drain, progress=advance)
+                                      drain_s=cfg.drain, mptcp=cfg.mptcp, progress=advance)
                     app_rep["workload"] = {"aggregate_mbps": wr.aggregate_mbps, "window_s": wr.window_s,
                                            **R.fct_stats(wr.flows), "flows_detail": wr.flows}
                 app_rep["controller_cpu_percent"] = round(ctl.cpu_between(0, ctl.elapsed()), 2)
