@@ -98,22 +98,27 @@ def run(cfg: Config, out_dir: Path) -> dict:
         report["warnings"] += fab.warnings
         task = prog.add_task("starting", total=per_app * len(cfg.apps))
         advance = lambda s: prog.advance(task, s)  # noqa: E731
+
+        def stage(text: str) -> None:
+            prog.update(task, description=text)
+            if not prog.console.is_terminal:  # logs get one line per stage instead of a bar
+                print(text, flush=True)
         for app in cfg.apps:
             fab.clear_forwarding()
             app_rep: dict = {"long": {}, "workload": None}
             with ControllerProcess(topo_file, [app], cfg.of_port, out_dir / f"controller-{app}.log") as ctl:
-                prog.update(task, description=f"{app}: installing routes")
+                stage(f"{app}: installing routes")
                 t_start = time.monotonic()
                 fab.wait_routes()
                 app_rep["routes_ready_s"] = round(time.monotonic() - t_start, 2)
                 sample = [p for pairs in patterns.values() for p in pairs][:8] or [(hosts[0], hosts[-1])]
                 app_rep["ping_failures"] = fab.ping_pairs(sample)
                 for name, pairs in patterns.items():
-                    prog.update(task, description=f"{app}: long flows ({name})")
+                    stage(f"{app}: long flows ({name})")
                     flows = run_long_flows(fab, pairs, cfg.long_duration, cfg.omit, progress=advance)
                     app_rep["long"][name] = _long_report(view, app, pairs, flows, cfg, report)
                 if cfg.workload:
-                    prog.update(task, description=f"{app}: {cfg.workload} workload, load {cfg.load}")
+                    stage(f"{app}: {cfg.workload} workload, load {cfg.load}")
                     wr = run_workload(fab, ws_flows, cfg.ws_duration, out_dir / f"workload-{app}",
                                       drain_s=cfg.drain, mptcp=cfg.mptcp, progress=advance)
                     app_rep["workload"] = {"aggregate_mbps": wr.aggregate_mbps, "window_s": wr.window_s,
