@@ -27,6 +27,20 @@ class FabricError(RuntimeError):
     pass
 
 
+class _DropHtbQuantum(logging.Filter):
+    """tc warns that HTB's quantum is big at rates >= ~100 Mb/s; Mininet logs
+    that as an error. It is harmless for our shaping: drop just that line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "quantum of class" not in record.getMessage()
+
+
+def _quiet_htb_quantum_warnings() -> None:
+    from mininet.log import lg
+    if not any(isinstance(f, _DropHtbQuantum) for f in lg.filters):
+        lg.addFilter(_DropHtbQuantum())
+
+
 class Fabric:
     def __init__(self, topo: TopologyDescription, of_port: int = 6653):
         self.topo = topo
@@ -44,6 +58,7 @@ class Fabric:
         from mininet_topos.topos import DescribedTopo
 
         setLogLevel("error")
+        _quiet_htb_quantum_warnings()
         self.warnings += ovs.ensure_ovs()
         ours = [sw.name for sw in self.topo.switches]
         ovs.delete_bridges(ours)  # stale bridges of ours from an interrupted run

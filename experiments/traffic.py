@@ -62,6 +62,7 @@ class WorkloadResult:
     flows: list[dict]            # per flow: src, dst, size, start, fct, complete
     rx_mbps_by_host: dict[str, float]  # receiver goodput in the measurement window
     window_s: tuple[float, float]
+    rx_bytes_total_by_host: dict[str, int]  # everything received, window or not
 
     @property
     def aggregate_mbps(self) -> float:
@@ -111,21 +112,27 @@ def run_workload(fab: Fabric, flows: list[FlowSpec], duration_s: float, workdir:
             rec["src"] = src
             records.append(rec)
     window = (warmup_s, duration_s)
-    rx = {}
+    rx, rx_total = {}, {}
     for h in hosts:
         path = workdir / f"rx-{h}.json"
-        if not path.exists():
-            rx[h] = 0.0
-            continue
-        data = json.loads(path.read_text())
-        offset = t0 - data["t0"]
-        total = 0
-        for i, b in enumerate(data["bytes"]):
-            t = i * data["slot_s"] - offset
-            if window[0] <= t < window[1]:
-                total += b
-        rx[h] = total * 8 / (window[1] - window[0]) / 1e6
-    return WorkloadResult(sorted(records, key=lambda r: r["id"]), rx, window)
+        data = json.loads(path.read_text()) if path.exists() else {"bytes": [], "t0": t0, "slot_s": 1}
+        rx_total[h] = sum(data["bytes"])
+        in_window = window_bytes(data["bytes"], data["slot_s"], data["t0"] - t0, window)
+        rx[h] = in_window * 8 / (window[1] - window[0]) / 1e6
+    return WorkloadResult(sorted(records, key=lambda r: r["id"]), rx, window, rx_total)
+
+
+def window_bytes(slots: list[int], slot_s: float, slot0_s: float, window: tuple[float, float]) -> float:
+    """Bytes received in ``window`` (seconds after t0) from per-slot counts;
+    slot i covers [slot0_s + i*slot_s, +slot_s); a slot straddling an edge of
+    the window counts in proportion to its overlap."""
+    total = 0.0
+    for i, b in enumerate(slots):
+        start = slot0_s + i * slot_s
+        overlap = min(start + slot_s, window[1]) - max(start, window[0])
+        if overlap > 0:
+            total += b * overlap / slot_s
+    return total
 
 
 def _wait(seconds: float, progress=None) -> None:

@@ -3,9 +3,12 @@
 A Topo is only a graph description: ``DescribedTopo`` adds the hosts,
 switches and links of a :class:`TopologyDescription` (so Mininet and the
 controller see the same ports, addresses and capacities); the parameterised
-classes build the description first. Usable with ``mn --custom``:
+classes build the description first. From Python:
 
-    mn --custom mininet_topos/topos.py --topo fattree,4 --switch ovs,datapath=user ...
+    Mininet(topo=FatTreeTopo(k=4, link_mbps=10), switch=partial(OVSSwitch, datapath="user"), ...)
+
+or use :class:`experiments.fabric.Fabric`, which also tunes the links. (The
+``mn`` script runs Mininet's machine-wide cleanup on errors: avoid it.)
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ MPTCP: every flow is logged with its size and completion time, and the
 receivers count exactly the bytes sent."""
 
 import random
+import time
 
 import pytest
 
@@ -42,9 +43,10 @@ def test_workload_flows_complete_and_bytes_add_up(star, mptcp):
     assert len(res.flows) == 15
     assert all(r["complete"] and r["fct"] > 0 for r in res.flows), res.flows
     assert sorted(r["size"] for r in res.flows) == sorted(f.size for f in flows)
+    assert sum(res.rx_bytes_total_by_host.values()) == sum(f.size for f in flows)
+    # arrivals end at 2.8 s on 20 Mb/s links: (nearly) all payload lands in the window
     rx_bytes = res.aggregate_mbps * 1e6 / 8 * (res.window_s[1] - res.window_s[0])
-    # all payload lands inside the window (arrivals end at 2.8 s, 20 Mb/s links)
-    assert rx_bytes == pytest.approx(sum(f.size for f in flows), rel=0.001)
+    assert rx_bytes == pytest.approx(sum(f.size for f in flows), rel=0.01)
     # a 400 KB flow alone at 20 Mb/s needs >= 0.16 s: completion times are real
     assert max(r["fct"] for r in res.flows if r["size"] == 400_000) >= 0.16
 
@@ -53,11 +55,11 @@ def test_mptcp_sockets_are_mptcp(star):
     fab, _ = star
     server = fab.host("r1").popen(["python3", "-c",
         "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_STREAM,262)\n"
-        "s.bind(('0.0.0.0',7100));s.listen(1);c,_=s.accept();time.sleep(3)"])
+        "s.settimeout(10);s.bind(('0.0.0.0',7100));s.listen(1);c,_=s.accept();time.sleep(3)"])
+    time.sleep(0.5)  # listening before the client connects
     client = fab.host("h1").popen(["python3", "-c",
         "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_STREAM,262)\n"
         "s.connect(('10.0.0.4',7100));time.sleep(3)"])
-    import time
     time.sleep(1.0)
     out = fab.host("h1").cmd("ss -tniM state established")
     client.wait(10)

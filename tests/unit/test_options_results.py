@@ -37,3 +37,11 @@ def test_percentile_and_mean():
     stats = results.fct_stats([{"fct": 1.0, "complete": True}, {"fct": None, "complete": False},
                                {"fct": 3.0, "complete": True}])
     assert stats["completed"] == 2 and stats["mean_fct_s"] == 2.0 and stats["flows"] == 3
+
+
+def test_window_bytes_splits_boundary_slots():
+    from experiments.traffic import window_bytes
+    slots = [100, 100, 100, 100]          # 0.1 s slots starting 0.05 s before t0
+    assert window_bytes(slots, 0.1, -0.05, (0.0, 10.0)) == pytest.approx(350)
+    assert window_bytes(slots, 0.1, -0.05, (0.1, 0.2)) == pytest.approx(100)
+    assert window_bytes(slots, 0.1, 0.0, (1.0, 2.0)) == 0
