@@ -1,0 +1,139 @@
+"""Compiled inner loops of PMPT (numba). Pure array code: the algorithm and
+its explanation live in :mod:`apps.lessor.pmpt`.
+
+Paths are stored flat: ``path_links[q, :path_hops[q]]`` are the link indices of
+path q; group j owns paths ``group_start[j] .. group_start[j+1] - 1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _path_length(length, path_links, path_hops, q):
+    s = 0.0
+    for h in range(path_hops[q]):
+        s += length[path_links[q, h]]
+    return s
+
+
+@njit(cache=True)
+def run_phase(demand, group_start, path_links, path_hops, bottleneck, cap, length, load, x,
+              cache_path, cache_bound, epsilon):
+    """Route every group's demand once (one Garg-Koenemann phase); returns
+    the number of steps."""
+    steps = 0
+    one_eps = 1.0 + epsilon
+    for j in range(demand.shape[0]):
+        rem = demand[j]
+        tiny = 1e-12 * demand[j]
+        while rem > tiny:
+            q = cache_path[j]
+            ok = False
+            if q >= 0:
+                cur = _path_length(length, path_links, path_hops, q)
+                ok = cur <= one_eps * cache_bound[j]
+            if not ok:
+                best = -1
+                best_len = np.inf
+                for r in range(group_start[j], group_start[j + 1]):
+                    val = _path_length(length, path_links, path_hops, r)
+                    if val < best_len:
+                        best_len = val
+                        best = r
+                q = best
+                cache_path[j] = best
+                cache_bound[j] = best_len
+            u = min(rem, bottleneck[q])
+            for h in range(path_hops[q]):
+                e = path_links[q, h]
+                length[e] *= 1.0 + epsilon * u / cap[e]
+                load[e] += u
+            x[q] += u
+            rem -= u
+            steps += 1
+    return steps
+
+
+@njit(cache=True)
+def dual_alpha(demand, group_start, path_links, path_hops, length):
+    """alpha(l) = sum_j W_j * (lightest candidate path of j under l)."""
+    total = 0.0
+    for j in range(demand.shape[0]):
+        best = np.inf
+        for r in range(group_start[j], group_start[j + 1]):
+            val = _path_length(length, path_links, path_hops, r)
+            if val < best:
+                best = val
+        total += demand[j] * best
+    return total
+
+
+@njit(cache=True)
+def _congestion(load, cap, limit):
+    util = 0.0
+    overflow = 0.0
+    for e in range(cap.shape[0]):
+        u = load[e] / cap[e]
+        if u > util:
+            util = u
+        if load[e] > limit[e]:
+            overflow += (load[e] - limit[e]) / cap[e]
+    return util, overflow
+
+
+@njit(cache=True)
+def negotiate(flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap, limit,
+              load, max_iter, present0, growth, history_step):
+    """Negotiated-congestion rerouting (PathFinder) of unsplittable flows:
+    each iteration rips up every flow in turn and puts it back on its
+    cheapest candidate path, where a link costs
+    (1 + history) * (1 + present * overflow / capacity). ``present`` grows
+    every iteration; ``history`` accumulates on links left over-full, which
+    also pushes flows that are not in conflict out of contested links (the
+    exchanges single moves cannot make). Stops when no link exceeds
+    ``limit``; keeps the routing with the lowest (max utilisation, total
+    overflow) seen. Returns (iterations, best max utilisation)."""
+    n_links = cap.shape[0]
+    history = np.zeros(n_links)
+    best_paths = flow_path.copy()
+    best_util, best_over = _congestion(load, cap, limit)
+    present = present0
+    it = 0
+    while it < max_iter and best_over > 1e-9:
+        it += 1
+        for e in range(n_links):
+            if load[e] > limit[e] * (1 + 1e-9):
+                history[e] += history_step * (load[e] - limit[e]) / cap[e]
+        for f in range(flow_group.shape[0]):
+            q = flow_path[f]
+            d = flow_demand[f]
+            for h in range(path_hops[q]):
+                load[path_links[q, h]] -= d
+            g = flow_group[f]
+            best_q = q
+            best_cost = np.inf
+            for r in range(group_start[g], group_start[g + 1]):
+                cost = 0.0
+                for h in range(path_hops[r]):
+                    e = path_links[r, h]
+                    overflow = load[e] + d - limit[e]
+                    if overflow < 0.0:
+                        overflow = 0.0
+                    cost += (1.0 + history[e]) * (1.0 + present * overflow / cap[e])
+                if cost < best_cost - 1e-12 or (abs(cost - best_cost) <= 1e-12 and r == q):
+                    best_cost = cost
+                    best_q = r
+            flow_path[f] = best_q
+            for h in range(path_hops[best_q]):
+                load[path_links[best_q, h]] += d
+        util, over = _congestion(load, cap, limit)
+        if util < best_util - 1e-12 or (util <= best_util + 1e-12 and over < best_over - 1e-12):
+            best_util = util
+            best_over = over
+            best_paths[:] = flow_path
+        present = min(present * growth, 1e6)
+    flow_path[:] = best_paths
+    return it, best_util
