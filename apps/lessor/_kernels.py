@@ -86,7 +86,7 @@ def _congestion(load, cap, limit):
 
 @njit(cache=True)
 def negotiate(flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap, limit,
-              load, max_iter, present0, growth, history_step):
+              load, max_iter, present0, growth, history_step, stall):
     """Negotiated-congestion rerouting (PathFinder) of unsplittable flows:
     each iteration rips up every flow in turn and puts it back on its
     cheapest candidate path, where a link costs
@@ -94,15 +94,17 @@ def negotiate(flow_group, flow_demand, flow_path, group_start, path_links, path_
     every iteration; ``history`` accumulates on links left over-full, which
     also pushes flows that are not in conflict out of contested links (the
     exchanges single moves cannot make). Stops when no link exceeds
-    ``limit``; keeps the routing with the lowest (max utilisation, total
-    overflow) seen. Returns (iterations, best max utilisation)."""
+    ``limit`` or after ``stall`` iterations without a better routing; keeps
+    the routing with the lowest (max utilisation, total overflow) seen.
+    Returns (iterations, best max utilisation)."""
     n_links = cap.shape[0]
     history = np.zeros(n_links)
     best_paths = flow_path.copy()
     best_util, best_over = _congestion(load, cap, limit)
     present = present0
     it = 0
-    while it < max_iter and best_over > 1e-9:
+    last_better = 0
+    while it < max_iter and best_over > 1e-9 and it - last_better < stall:
         it += 1
         for e in range(n_links):
             if load[e] > limit[e] * (1 + 1e-9):
@@ -134,6 +136,7 @@ def negotiate(flow_group, flow_demand, flow_path, group_start, path_links, path_
             best_util = util
             best_over = over
             best_paths[:] = flow_path
+            last_better = it
         present = min(present * growth, 1e6)
     flow_path[:] = best_paths
     return it, best_util

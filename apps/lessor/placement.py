@@ -1,6 +1,8 @@
 """One path per long flow, from PMPT's fractional solution.
 
-1. Greedy, in minimum-remaining-time-first order (unknown sizes last, larger
+0. Equal-demand flows on a Clos fabric (a permutation of elephants, say)
+   are routed exactly by recursive edge colouring (:mod:`clos_coloring`).
+1. Otherwise greedy, in minimum-remaining-time-first order (unknown sizes last, larger
    demand first): a path is *free* for a flow if every link stays within the
    target utilisation T = (1 + eps) / lambda_frac once the flow is added.
    Among free paths the flow takes the one with the most fractional
@@ -26,23 +28,48 @@ from typing import Hashable
 
 import numpy as np
 
+from apps.lessor import clos_coloring
+
 NEGOTIATION_ITERATIONS = 1000
 # PathFinder costs: present-congestion factor, its growth per iteration, history
 # increment per unit overflow (measured: fewest iterations to a perfect
 # routing of random permutations on fat-trees k=8, 16).
 PRESENT0, PRESENT_GROWTH, HISTORY_STEP = 0.5, 1.05, 0.1
+NEGOTIATION_STALL = 100  # rounds without a better routing before giving up
 
 
 def place(groups, order, fractional: list[np.ndarray], group_start: np.ndarray,
           path_links: np.ndarray, path_hops: np.ndarray, cap: np.ndarray,
-          target_util: float) -> tuple[dict[Hashable, int], dict[Hashable, float], float, int]:
+          target_util: float, view=None) -> tuple[dict[Hashable, int], dict[Hashable, float], float, str]:
     """Returns (flow -> path index within its group, flow -> b_f, lambda_int,
-    negotiation iterations). ``order`` lists (group index, flow)."""
+    method used). ``order`` lists (group index, flow)."""
+    safe_cap = np.where(cap > 0, cap, 1.0)
+    if view is not None:
+        exact = clos_coloring.route(view, groups, order, cap)
+        if exact is not None:
+            return (*_finish(groups, order, exact, safe_cap), "clos colouring")
+    paths, iterations = _greedy_and_negotiate(groups, order, fractional, group_start, path_links,
+                                              path_hops, safe_cap, target_util)
+    method = f"greedy + {iterations} negotiation rounds" if iterations else "greedy"
+    return (*_finish(groups, order, paths, safe_cap), method)
+
+
+def _finish(groups, order, paths: dict[Hashable, int], safe_cap: np.ndarray):
+    load = np.zeros(len(safe_cap))
+    for gi, f in order:
+        load[groups[gi].idx[paths[f.key]]] += f.demand
+    busy = load > 1e-9
+    lam_int = float((safe_cap[busy] / load[busy]).min()) if busy.any() else math.inf
+    rates = {f.key: f.demand * min(1.0, lam_int) for _, f in order}
+    return paths, rates, lam_int
+
+
+def _greedy_and_negotiate(groups, order, fractional, group_start, path_links, path_hops,
+                          safe_cap, target_util) -> tuple[dict[Hashable, int], int]:
     from apps.lessor import _kernels as K
 
-    safe_cap = np.where(cap > 0, cap, 1.0)
     limit = target_util * safe_cap
-    load = np.zeros(len(cap))
+    load = np.zeros(len(safe_cap))
     handed = [np.zeros(len(g.nodes)) for g in groups]
     n = len(order)
     flow_group = np.empty(n, dtype=np.int64)
@@ -67,14 +94,6 @@ def place(groups, order, fractional: list[np.ndarray], group_start: np.ndarray,
     if (load > limit * (1 + 1e-9)).any():
         iterations, _ = K.negotiate(flow_group, flow_demand, flow_path, group_start, path_links,
                                     path_hops, safe_cap, limit, load, NEGOTIATION_ITERATIONS,
-                                    PRESENT0, PRESENT_GROWTH, HISTORY_STEP)
-    final = np.zeros(len(cap))
-    paths: dict[Hashable, int] = {}
-    for i, (gi, f) in enumerate(order):
-        p = int(flow_path[i] - group_start[gi])
-        paths[f.key] = p
-        final[groups[gi].idx[p]] += f.demand
-    busy = final > 1e-9
-    lam_int = float((safe_cap[busy] / final[busy]).min()) if busy.any() else math.inf
-    rates = {f.key: f.demand * min(1.0, lam_int) for _, f in order}
-    return paths, rates, lam_int, iterations
+                                    PRESENT0, PRESENT_GROWTH, HISTORY_STEP, NEGOTIATION_STALL)
+    paths = {f.key: int(flow_path[i] - group_start[gi]) for i, (gi, f) in enumerate(order)}
+    return paths, iterations

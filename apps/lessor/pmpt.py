@@ -94,7 +94,7 @@ class Allocation:
     seconds: float = 0.0
     stopped_by: str = ""
     unroutable: list[Hashable] = field(default_factory=list)
-    negotiation_iterations: int = 0
+    placement: str = ""
 
 
 @dataclass
@@ -231,15 +231,15 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
                            if g.x[p] > 0] for g in groups}
     lam = lam_scaled * scale
     order = sorted(((gi, f) for gi, g in enumerate(groups) for f in g.flows), key=lambda t: mrtf_key(t[1]))
-    paths_of, rate_of, lam_int, negotiation = place(
+    paths_of, rate_of, lam_int, method = place(
         groups, order, [g.x / congestion for g in groups], group_start, path_links, path_hops, cap,
-        target_util=(1 + epsilon) / lam)
+        target_util=(1 + epsilon) / lam, view=paths.view)
     for g in groups:
         for f in g.flows:
             flow_path[f.key] = g.nodes[paths_of[f.key]]
             flow_rate[f.key] = rate_of[f.key]
     return Allocation(lam, best_ub * scale, group_paths, flow_path, flow_rate, lam_int,
-                      phases, steps, time.perf_counter() - t_start, stopped_by, unroutable, negotiation)
+                      phases, steps, time.perf_counter() - t_start, stopped_by, unroutable, method)
 
 
 def mrtf_key(f: LongFlow) -> tuple:
