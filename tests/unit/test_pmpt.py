@@ -1,0 +1,138 @@
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from apps.lessor import clos_coloring
+from apps.lessor.lp import max_concurrent_flow_lp
+from apps.lessor.paths import PathDictionary
+from apps.lessor.pmpt import LongFlow, mrtf_key, pmpt
+from controller.network_view import NetworkView
+from experiments.te_instances import long_flows
+from mininet_topos import builders
+
+TOPOS = {
+    "fattree4": lambda: builders.fattree(4, link_mbps=10),
+    "testbed": lambda: builders.lessor_testbed(link_mbps=10),
+    "vl2": lambda: builders.vl2(2, 4, 4, servers_per_tor=3),
+}
+
+
+def _random_flows(view, rng, n):
+    flows = []
+    for i in range(n):
+        a, b = rng.sample(view.hosts, 2)
+        flows.append(LongFlow(i, view.host_switch(a)[0], view.host_switch(b)[0],
+                              rng.uniform(0.5, 10) * 1e6, rng.choice([None, rng.randint(10**5, 10**8)])))
+    return flows
+
+
+def _link_loads(view, routes):
+    loads = {}
+    for path, rate in routes:
+        for link in view.path_links(path):
+            loads[link] = loads.get(link, 0.0) + rate
+    return loads
+
+
+@settings(max_examples=30, deadline=None)
+@given(topo=st.sampled_from(sorted(TOPOS)), seed=st.integers(0, 10**6), n=st.integers(1, 30),
+       eps=st.sampled_from([0.03, 0.05, 0.1]))
+def test_feasible_near_optimal_and_certified(topo, seed, n, eps):
+    view = NetworkView(TOPOS[topo]())
+    pd = PathDictionary(view)
+    flows = _random_flows(view, random.Random(seed), n)
+    a = pmpt(flows, pd, epsilon=eps)
+    lp = max_concurrent_flow_lp(flows, pd)
+    fabric = [f for f in flows if f.src_tor != f.dst_tor]
+    if not fabric:
+        assert math.isinf(a.lam)
+        return
+    # never overloads a link
+    routes = [(p, bw) for paths in a.group_paths.values() for p, bw in paths]
+    for (u, v), load in _link_loads(view, routes).items():
+        assert load <= view.capacity(u, v) * (1 + 1e-6)
+    # routes lambda * W for every ToR pair
+    for key, paths in a.group_paths.items():
+        demand = sum(f.demand for f in fabric if (f.src_tor, f.dst_tor) == key)
+        assert sum(bw for _, bw in paths) >= a.lam * demand * (1 - 1e-6)
+    # (1 - 3 eps)-approximation, and the dual certificate really bounds the optimum
+    assert a.lam >= (1 - 3 * eps) * lp.lam
+    assert a.upper_bound >= lp.lam * (1 - 1e-6)
+    assert a.lam <= lp.lam * (1 + 1e-6)
+    # one path per flow, from its candidates; its lambda cannot beat the LP
+    for f in fabric:
+        assert a.flow_path[f.key] in pd.paths(f.src_tor, f.dst_tor)[0]
+    assert a.integral_lam <= lp.lam * (1 + 1e-6)
+
+
+def test_deterministic():
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    flows = long_flows(view, "websearch", seed=5)
+    a, b = pmpt(flows, pd), pmpt(flows, pd)
+    assert a.flow_path == b.flow_path and a.lam == b.lam and a.flow_rate == b.flow_rate
+
+
+@pytest.mark.parametrize("k", [4, 8])
+def test_permutations_are_routed_exactly(k):
+    view = NetworkView(builders.fattree(k, link_mbps=10))
+    pd = PathDictionary(view)
+    for seed in (1, 2, 3):
+        a = pmpt(long_flows(view, "permutation", seed), pd)
+        assert a.placement == "clos colouring"
+        assert a.integral_lam == pytest.approx(1.0)
+        assert a.lam >= 0.95
+
+
+def test_one_path_lambda_matches_recomputed_loads():
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    flows = long_flows(view, "websearch", seed=2)
+    a = pmpt(flows, pd)
+    loads = _link_loads(view, [(a.flow_path[f.key], f.demand) for f in flows if f.src_tor != f.dst_tor])
+    lam = min(view.capacity(u, v) / load for (u, v), load in loads.items())
+    assert a.integral_lam == pytest.approx(lam)
+    for f in flows:
+        assert 0 <= a.flow_rate[f.key] <= f.demand * (1 + 1e-9)
+
+
+def test_failed_link_is_avoided():
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    flows = long_flows(view, "permutation", seed=1)
+    view.set_link_state("a0_0", "c1", False)
+    a = pmpt(flows, pd)
+    for path in a.flow_path.values():
+        assert ("a0_0", "c1") not in view.path_links(path) and ("c1", "a0_0") not in view.path_links(path)
+    for paths in a.group_paths.values():
+        for path, _ in paths:
+            assert ("a0_0", "c1") not in view.path_links(path)
+
+
+def test_mrtf_order_and_epsilon_check():
+    f1 = LongFlow("a", "t1", "t2", 1e6, remaining_bytes=10**6)    # 8 s left
+    f2 = LongFlow("b", "t1", "t2", 8e6, remaining_bytes=10**6)    # 1 s left
+    f3 = LongFlow("c", "t1", "t2", 5e6)                           # unknown: last
+    assert [f.key for f in sorted([f1, f2, f3], key=mrtf_key)] == ["b", "a", "c"]
+    view = NetworkView(builders.star())
+    with pytest.raises(ValueError, match="epsilon"):
+        pmpt([], PathDictionary(view), epsilon=0.7)
+
+
+def test_kempe_colouring_is_proper_with_max_degree_colours():
+    rng = random.Random(4)
+    col = clos_coloring._Colouring(4)
+    # a random 4-regular bipartite multigraph on 6 + 6 nodes: 24 edges
+    rights = [r for r in range(6) for _ in range(4)]
+    rng.shuffle(rights)
+    edges = [(i // 4, rights[i]) for i in range(24)]
+    for i, (u, v) in enumerate(edges):
+        assert col.add(i, u, v)
+    for node_side in (0, 1):
+        for node in range(6):
+            colours = [col.colour[i] for i, e in enumerate(edges) if e[node_side] == node]
+            assert sorted(colours) == [0, 1, 2, 3]
+    assert not col.add(99, 0, 0)  # node 0 has no colour left
