@@ -1,5 +1,14 @@
-"""LESSOR: CPU-adaptive polling (PRE) and FPTAS multipath allocation (PMPT).
+"""LESSOR (Liu et al., FITEE 2016): PRE + PMPT, and the Hedera baseline.
 
-Not implemented yet: tracked by issue #3. The table pipeline leaves room for
-it (exact-match long-flow entries above the routing defaults in table 1).
+Pure logic, no os-ken:
+- ``pre``: Algorithm 1 (CPU-adaptive polling period), Eq. 4 rate prediction,
+  short/long classification, link loads and ToR-pair available bandwidth;
+- ``paths``: the path dictionary of candidate ToR-pair paths;
+- ``pmpt``: the primal-dual FPTAS for the max-concurrent-flow LP, with a
+  certified gap; ``placement`` and ``clos_coloring``: one path per flow;
+- ``lp``: exact references (LP and one-path MILP, PuLP + HiGHS);
+- ``hedera``: demand estimation and Global First Fit.
+
+Still to come (issue #3): the os-ken app that polls ToRs and installs long
+flows, the Hedera app, and the emulated experiments.
 """

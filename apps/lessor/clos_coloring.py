@@ -87,7 +87,8 @@ class _Colouring:
         return True
 
 
-def _up_rank(view: NetworkView, lower: str, upper: str, cache: dict) -> int | None:
+def _ups(view: NetworkView, lower: str, cache: dict) -> list[str]:
+    """The switches above ``lower`` that it has a working link to, by port."""
     ups = cache.get(lower)
     if ups is None:
         layer = view.graph.nodes[lower]["layer"]
@@ -95,6 +96,11 @@ def _up_rank(view: NetworkView, lower: str, upper: str, cache: dict) -> int | No
                       if not view.is_host(v) and view.graph.nodes[v]["layer"] > layer
                       and view.link_up(lower, v)), key=lambda v: view.port(lower, v))
         cache[lower] = ups
+    return ups
+
+
+def _up_rank(view: NetworkView, lower: str, upper: str, cache: dict) -> int | None:
+    ups = _ups(view, lower, cache)
     return ups.index(upper) if upper in ups else None
 
 
@@ -153,11 +159,7 @@ def _colour_levels(view, groups, order, lookup, ranks, m: int) -> dict[Hashable,
             nodes = groups[gi].nodes[lookup[gi][_first_with_prefix(lookup[gi], prefix[f.key])]]
             hops = len(nodes) - 1
             left, right = nodes[level], nodes[hops - level]
-            n_ranks = len(ranks.get(left) or [])
-            if n_ranks == 0:
-                _up_rank(view, left, nodes[level + 1], ranks)
-                n_ranks = len(ranks[left])
-            buckets.setdefault(n_ranks, []).append((gi, f, left, right))
+            buckets.setdefault(len(_ups(view, left, ranks)), []).append((gi, f, left, right))
         for n_ranks, items in sorted(buckets.items()):
             col = _Colouring(n_ranks * m)
             for i, (gi, f, left, right) in enumerate(items):
