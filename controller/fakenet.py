@@ -215,8 +215,32 @@ class FakeNetwork:
                             pkt[a.field] = a.value
                         elif isinstance(a, ofmsg.GroupAction):
                             actions[:0] = self._group_actions(sw, a.group_id, pkt)
+                        elif isinstance(a, ofmsg.Resubmit):
+                            actions[:0] = self._resubmit(sw, a.table_id, pkt)
+                        elif isinstance(a, ofmsg.Learn):
+                            self._learn(sw, a, pkt)
         pkt.pop("in_port", None)
         return out_port, queue_id, pkt, to_controller
+
+    def _resubmit(self, sw: FakeSwitch, table_id: int, pkt: dict[str, Any]) -> list:
+        """OVS resubmit: the matching entry's actions run here (a miss runs
+        nothing); its goto instructions are ignored."""
+        entry = sw.lookup(table_id, pkt)
+        if entry is None:
+            return []
+        entry.packets += 1
+        return [a for ins in entry.flow.instructions if isinstance(ins, ofmsg.ApplyActions) for a in ins.actions]
+
+    @staticmethod
+    def _learn(sw: FakeSwitch, learn: ofmsg.Learn, pkt: dict[str, Any]) -> None:
+        fields = {f: pkt[f] for f in learn.copy_fields if f in pkt}
+        if len(fields) != len(learn.copy_fields):
+            return
+        match = ofmsg.Match.of(**fields, **dict(learn.fixed))
+        key = (learn.table_id, learn.priority, match)
+        if key not in sw.entries:
+            sw.apply(ofmsg.FlowMod(learn.table_id, learn.priority, match, (), "add", learn.cookie,
+                                   idle_timeout=learn.idle_timeout))
 
     def _group_actions(self, sw: FakeSwitch, gid: int, pkt: dict[str, Any]) -> list:
         group = sw.groups[gid]

@@ -60,7 +60,27 @@ class SetField:
     value: Any
 
 
-Action = Output | GroupAction | SetQueue | SetField
+@dataclass(frozen=True)
+class Resubmit:
+    """Open vSwitch extension: look the packet up in ``table_id`` now, run
+    what matches there, then carry on with this action list."""
+    table_id: int
+
+
+@dataclass(frozen=True)
+class Learn:
+    """Open vSwitch extension: add to ``table_id`` an entry matching this
+    packet's values of ``copy_fields`` plus the ``fixed`` field values (the
+    learned entry has no actions: it exists to count)."""
+    table_id: int
+    priority: int
+    idle_timeout: int
+    cookie: int
+    copy_fields: tuple[str, ...]
+    fixed: tuple[tuple[str, int], ...] = ()
+
+
+Action = Output | GroupAction | SetQueue | SetField | Resubmit | Learn
 
 
 # ---- instructions ----------------------------------------------------------
@@ -186,4 +206,13 @@ class PortDescRequest:
     """Ask a switch for its ports (reply: EventOFPPortDescStatsReply)."""
 
 
-Message = FlowMod | GroupMod | PacketOut | PortDescRequest
+@dataclass(frozen=True)
+class FlowStatsRequest:
+    """Ask for the entries (and counters) of one table, optionally only those
+    whose cookie matches under the mask (reply: EventOFPFlowStatsReply)."""
+    table_id: int
+    cookie: int = 0
+    cookie_mask: int = 0
+
+
+Message = FlowMod | GroupMod | PacketOut | PortDescRequest | FlowStatsRequest

@@ -18,8 +18,33 @@ _GROUP_TYPES = {"select": "OFPGT_SELECT", "all": "OFPGT_ALL", "indirect": "OFPGT
                 "ff": "OFPGT_FF"}
 
 
+# OXM field -> (NXM field as os-ken names it, bit width), for learn specs.
+_NXM = {"in_port": ("in_port_nxm", 16), "eth_type": ("eth_type_nxm", 16), "ip_proto": ("ip_proto_nxm", 8),
+        "ipv4_src": ("ipv4_src_nxm", 32), "ipv4_dst": ("ipv4_dst_nxm", 32),
+        "tcp_src": ("tcp_src_nxm", 16), "tcp_dst": ("tcp_dst_nxm", 16),
+        "udp_src": ("udp_src_nxm", 16), "udp_dst": ("udp_dst_nxm", 16)}
+_NX_IN_PORT = 0xFFF8
+
+
+def _learn(dp: Any, a: ofmsg.Learn) -> Any:
+    p = dp.ofproto_parser
+    specs = []
+    for name, value in a.fixed:
+        nxm, bits = _NXM[name]
+        specs.append(p.NXFlowSpecMatch(src=value, dst=(nxm, 0), n_bits=bits))
+    for name in a.copy_fields:
+        nxm, bits = _NXM[name]
+        specs.append(p.NXFlowSpecMatch(src=(nxm, 0), dst=(nxm, 0), n_bits=bits))
+    return p.NXActionLearn(table_id=a.table_id, specs=specs, idle_timeout=a.idle_timeout,
+                           priority=a.priority, cookie=a.cookie)
+
+
 def _action(dp: Any, a: ofmsg.Action) -> Any:
     p = dp.ofproto_parser
+    if isinstance(a, ofmsg.Resubmit):
+        return p.NXActionResubmitTable(in_port=_NX_IN_PORT, table_id=a.table_id)
+    if isinstance(a, ofmsg.Learn):
+        return _learn(dp, a)
     if isinstance(a, ofmsg.Output):
         return p.OFPActionOutput(a.port, a.max_len)
     if isinstance(a, ofmsg.GroupAction):
@@ -64,6 +89,9 @@ def to_parser(dp: Any, msg: ofmsg.Message) -> Any:
                               actions=[_action(dp, a) for a in msg.actions], data=msg.data)
     if isinstance(msg, ofmsg.PortDescRequest):
         return p.OFPPortDescStatsRequest(dp, 0)
+    if isinstance(msg, ofmsg.FlowStatsRequest):
+        return p.OFPFlowStatsRequest(dp, 0, msg.table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                     msg.cookie, msg.cookie_mask, p.OFPMatch())
     raise TypeError(f"unknown message {msg!r}")
 
 

@@ -16,6 +16,15 @@ from controller import ofmsg
 
 TABLE_CLASSIFY = 0
 TABLE_FORWARD = 1
+# Per-flow byte counters at edge switches (Open vSwitch extensions): the
+# forwarding entries resubmit every packet here; a TCP/UDP packet arriving
+# from a host port that matches no counter yet *learns* one (5-tuple + in
+# port, idle timeout) and goes on being forwarded at once -- no PacketIn, no
+# controller round trip. Traffic-engineering apps poll this table.
+TABLE_ACCOUNT = 3
+PRIO_ACCOUNT_LEARN = 1
+PRIO_ACCOUNT_FLOW = 100
+ACCOUNT_IDLE_S = 10
 
 PRIO_DEFAULT = 0
 PRIO_ROUTE = 100
@@ -26,6 +35,7 @@ APP_PIPELINE = 1
 APP_ROUTING = 2
 APP_PRIO_QUEUES = 3
 APP_LESSOR = 4
+APP_ACCOUNT = 5  # the learned per-flow counters
 
 COOKIE_APP_MASK = 0xFFFF << 48
 
@@ -42,3 +52,17 @@ def pipeline_defaults() -> list[ofmsg.Message]:
 
 def wipe_app(app_id: int) -> ofmsg.FlowMod:
     return ofmsg.flow_delete(cookie(app_id), COOKIE_APP_MASK)
+
+
+def accounting_entries(host_ports: list[int], owner_cookie: int) -> list[ofmsg.Message]:
+    """Table-3 entries of an edge switch: learn a counter per TCP/UDP flow
+    entering from each host port."""
+    msgs: list[ofmsg.Message] = []
+    for port in sorted(host_ports):
+        for proto, l4 in ((ofmsg.IPPROTO_TCP, "tcp"), (ofmsg.IPPROTO_UDP, "udp")):
+            learn = ofmsg.Learn(TABLE_ACCOUNT, PRIO_ACCOUNT_FLOW, ACCOUNT_IDLE_S, cookie(APP_ACCOUNT),
+                                ("in_port", "ipv4_src", "ipv4_dst", f"{l4}_src", f"{l4}_dst"),
+                                (("eth_type", ofmsg.ETH_TYPE_IP), ("ip_proto", proto)))
+            match = ofmsg.Match.of(in_port=port, eth_type=ofmsg.ETH_TYPE_IP, ip_proto=proto)
+            msgs.append(ofmsg.flow_add(TABLE_ACCOUNT, PRIO_ACCOUNT_LEARN, match, [learn], cookie=owner_cookie))
+    return msgs

@@ -20,6 +20,10 @@ Beyond OVS's 64-bucket dp_hash limit the plain layout is used.
 ARP is routed like IP by its target address (``arp_tpa``) along the
 single-path tree: requests reach only their target, no flooding, no controller
 round trip.
+
+With ``accounting`` (used by the traffic-engineering apps), edge switches
+also keep a learned byte counter per TCP/UDP flow from their hosts
+(``pipeline.TABLE_ACCOUNT``): IP entries resubmit there before forwarding.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ from dataclasses import dataclass
 
 from controller import ofmsg
 from controller.network_view import NetworkView
-from controller.pipeline import (APP_ROUTING, COOKIE_APP_MASK, PRIO_ROUTE, TABLE_FORWARD, cookie,
-                                 pipeline_defaults, wipe_app)
+from controller.pipeline import (APP_ROUTING, COOKIE_APP_MASK, PRIO_ROUTE, TABLE_ACCOUNT, TABLE_FORWARD,
+                                 accounting_entries, cookie, pipeline_defaults, wipe_app)
 
 MAX_SELECT_BUCKETS = 64
 GROUP_ID_BASE = 1
@@ -45,9 +49,10 @@ class _SwitchState:
 class DestinationRouting:
     """Computes every switch's forwarding entries; returns OpenFlow messages."""
 
-    def __init__(self, view: NetworkView, multipath: bool):
+    def __init__(self, view: NetworkView, multipath: bool, accounting: bool = False):
         self.view = view
         self.multipath = multipath
+        self.accounting = accounting
         self._radix = self._layer_radix()
         self._state: dict[str, _SwitchState] = {}
 
@@ -93,6 +98,11 @@ class DestinationRouting:
         view = self.view
         ck = cookie(APP_ROUTING)
         flows: dict[tuple[int, int, ofmsg.Match], ofmsg.FlowMod] = {}
+        count = self.accounting and view.graph.nodes[switch]["role"] == "edge"
+        if count:
+            host_ports = [view.port(switch, h) for h in view.graph.successors(switch) if view.is_host(h)]
+            for fm in accounting_entries(host_ports, ck):
+                flows[(fm.table_id, fm.priority, fm.match)] = fm
         for dst in view.hosts:
             single = self.single_next_hop(switch, dst)
             if single is None:
@@ -111,8 +121,9 @@ class DestinationRouting:
             else:
                 action = ofmsg.Output(view.port(switch, single))
             match = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ipv4_dst=ip)
+            actions = [ofmsg.Resubmit(TABLE_ACCOUNT), action] if count else [action]
             flows[(TABLE_FORWARD, PRIO_ROUTE, match)] = ofmsg.flow_add(
-                TABLE_FORWARD, PRIO_ROUTE, match, [action], cookie=ck)
+                TABLE_FORWARD, PRIO_ROUTE, match, actions, cookie=ck)
         return flows
 
     def _used_groups(self, state: _SwitchState, flows) -> dict[int, tuple[int, ...]]:
