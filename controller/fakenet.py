@@ -31,6 +31,7 @@ MAX_HOPS = 64
 class _Entry:
     flow: ofmsg.FlowMod
     packets: int = 0
+    bytes: int = 0
 
     @property
     def key(self) -> tuple[int, int, ofmsg.Match]:
@@ -141,14 +142,25 @@ class FakeNetwork:
         for m in msgs:
             sw.apply(m)
 
+    def flow_stats(self, switch: str, req: ofmsg.FlowStatsRequest) -> list[tuple[dict, int]]:
+        """What a flow-stats reply would carry: (match fields, byte count) of
+        the table's entries whose cookie matches under the mask."""
+        out = []
+        for e in self.switches[switch].entries.values():
+            f = e.flow
+            if f.table_id == req.table_id and (f.cookie & req.cookie_mask) == (req.cookie & req.cookie_mask):
+                out.append((f.match.as_dict(), e.bytes))
+        return sorted(out, key=lambda t: sorted(t[0].items()))
+
     def errors(self) -> dict[str, list[str]]:
         return {n: s.errors for n, s in self.switches.items() if s.errors}
 
     # ---- packets ------------------------------------------------------------
     def packet(self, src: str, dst: str, proto: str = "tcp", sport: int = 40000,
-               dport: int = 80, dscp: int = 0) -> dict[str, Any]:
+               dport: int = 80, dscp: int = 0, length: int = 64) -> dict[str, Any]:
         v = self.view
-        pkt: dict[str, Any] = {"eth_src": v.graph.nodes[src]["mac"], "eth_dst": v.graph.nodes[dst]["mac"]}
+        pkt: dict[str, Any] = {"eth_src": v.graph.nodes[src]["mac"], "eth_dst": v.graph.nodes[dst]["mac"],
+                               "len": length}
         if proto == "arp":
             pkt.update(eth_type=ofmsg.ETH_TYPE_ARP, arp_spa=v.ip(src), arp_tpa=v.ip(dst), arp_op=1)
             return pkt
@@ -196,6 +208,7 @@ class FakeNetwork:
             if entry is None:
                 break  # table miss: drop
             entry.packets += 1
+            entry.bytes += pkt.get("len", 0)
             table = None
             for ins in entry.flow.instructions:
                 if isinstance(ins, ofmsg.GotoTable):
@@ -229,6 +242,7 @@ class FakeNetwork:
         if entry is None:
             return []
         entry.packets += 1
+        entry.bytes += pkt.get("len", 0)
         return [a for ins in entry.flow.instructions if isinstance(ins, ofmsg.ApplyActions) for a in ins.actions]
 
     @staticmethod

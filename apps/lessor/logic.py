@@ -1,0 +1,176 @@
+"""LESSOR's controller logic (pure: messages in, messages out; no os-ken).
+
+- Defaults: ECMP SELECT groups carry every flow, short ones for good (they
+  never reach PMPT), with per-flow counters learned at the ToRs
+  (``DestinationRouting(accounting=True)``).
+- PRE: only ToR (edge) switches are polled, for their counter table, on the
+  schedule of Algorithm 1; counters feed the FlowTable (Eq. 4, short/long).
+- PMPT: long flows, with demand B_f from the host's label when it gave one,
+  else Hedera's natural-demand estimate times the NIC rate, are allocated
+  one path each; each is installed as exact-match entries (priority above
+  the ECMP defaults) on every switch of its path, with an idle timeout so
+  dead flows vanish. A moved flow is installed make-before-break: entries on
+  the new path go out destination-first, the ToR's entry is switched last,
+  and entries only the old path used are removed after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from apps.lessor.hedera import estimate_demands
+from apps.lessor.paths import PathDictionary
+from apps.lessor.pmpt import DEFAULT_EPSILON, Allocation, LongFlow, pmpt
+from apps.lessor.pre import AdaptivePolling, FlowTable, PollingConfig, PollSchedule
+from apps.routing.logic import DestinationRouting
+from controller import ofmsg
+from controller.network_view import NetworkView
+from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, PRIO_EXACT_FLOW, TABLE_ACCOUNT,
+                                 TABLE_FORWARD, cookie)
+
+LONG_FLOW_IDLE_S = 10
+FiveTuple = tuple[str, str, int, int, int]  # src ip, dst ip, proto, src port, dst port
+
+
+@dataclass
+class Installed:
+    path: tuple[str, ...]
+    rate: float
+
+
+class LessorLogic:
+    def __init__(self, view: NetworkView, polling: PollingConfig | None = None,
+                 epsilon: float = DEFAULT_EPSILON):
+        self.view = view
+        self.epsilon = epsilon
+        self.routing = DestinationRouting(view, multipath=True, accounting=True)
+        self.paths = PathDictionary(view)
+        self.table = FlowTable()
+        self.polling = AdaptivePolling(polling or PollingConfig())
+        self.schedule = PollSchedule(self.polling)
+        self.installed: dict[FiveTuple, Installed] = {}
+        self.last_allocation: Allocation | None = None
+        self.edges = [sw for sw in view.switches if view.graph.nodes[sw]["role"] == "edge"]
+
+    # ---- switches ------------------------------------------------------------------
+    def switch_connected(self, switch: str) -> list[ofmsg.Message]:
+        msgs = self.routing.switch_connected(switch)
+        # long-flow entries were wiped with the switch's state: reinstall them
+        for key, inst in sorted(self.installed.items()):
+            if switch in inst.path:
+                msgs.extend(self._entries(key, inst.path, only=switch))
+        return msgs
+
+    def link_changed(self, switch: str, port: int, up: bool) -> dict[str, list[ofmsg.Message]]:
+        return self.routing.link_changed(switch, port, up)
+
+    # ---- PRE: polling ------------------------------------------------------------------
+    def poll(self, now: float) -> dict[str, list[ofmsg.Message]]:
+        self.schedule.poll_sent(now)
+        req = ofmsg.FlowStatsRequest(TABLE_ACCOUNT, cookie(APP_ACCOUNT), COOKIE_APP_MASK)
+        return {sw: [req] for sw in self.edges}
+
+    def flow_stats(self, switch: str, entries: list[tuple[dict, int]], now: float) -> float:
+        """Counter entries of one ToR: (match fields, byte count). Returns
+        when the next polling period is to be decided."""
+        for match, byte_count in entries:
+            key = five_tuple(match)
+            if key is None:
+                continue
+            dst = self.view.host_by_ip(key[1])
+            if dst is None:
+                continue
+            self.table.update(key, switch, self.view.host_switch(dst)[0], byte_count, now)
+        return self.schedule.first_reply(now)
+
+    def decide(self, now: float, cpu: float, rtt_s: float | None) -> float:
+        """Algorithm 1's decision; returns the time of the next poll."""
+        return self.schedule.decide(now, cpu, rtt_s)
+
+    # ---- PMPT ---------------------------------------------------------------------------
+    def long_flows(self) -> list[LongFlow]:
+        states = [s for s in self.table.long_flows() if s.src_tor != s.dst_tor]
+        natural = estimate_demands([(s.key[0], s.key[1]) for s in states])
+        flows = []
+        for st, frac in zip(states, natural):
+            src_host = self.view.host_by_ip(st.key[0])
+            nic = self.view.capacity(src_host, self.view.host_switch(src_host)[0])
+            flows.append(LongFlow(st.key, st.src_tor, st.dst_tor, frac * nic,
+                                  self.table.remaining_bytes(st.key)))
+        return flows
+
+    def allocate(self, flows: list[LongFlow]) -> Allocation:
+        """The heavy part: run it off the event loop."""
+        return pmpt(flows, self.paths, epsilon=self.epsilon)
+
+    def install(self, allocation: Allocation, flows: list[LongFlow]) -> list[tuple[str, list[ofmsg.Message]]]:
+        """Messages per switch, in the order to send them (make-before-break)."""
+        self.last_allocation = allocation
+        adds: list[tuple[str, list[ofmsg.Message]]] = []
+        removals: list[tuple[str, list[ofmsg.Message]]] = []
+        wanted = {}
+        for f in flows:
+            tor_path = allocation.flow_path.get(f.key)
+            if tor_path is None:
+                continue
+            src, dst = self.view.host_by_ip(f.key[0]), self.view.host_by_ip(f.key[1])
+            wanted[f.key] = Installed((src, *tor_path, dst), allocation.flow_rate.get(f.key, 0.0))
+        for key in sorted(wanted):
+            new = wanted[key]
+            old = self.installed.get(key)
+            if old is not None and old.path == new.path:
+                continue
+            # destination-first: every switch downstream is ready before the ToR switches over
+            for sw in reversed(new.path[1:-1]):
+                adds.append((sw, self._entries(key, new.path, only=sw)))
+            if old is not None:
+                for sw in old.path[1:-1]:
+                    if sw not in new.path:
+                        removals.append((sw, [self._delete(key)]))
+        self.installed.update(wanted)
+        return adds + removals
+
+    # ---- entries --------------------------------------------------------------------------
+    def _match(self, key: FiveTuple) -> ofmsg.Match:
+        src, dst, proto, sport, dport = key
+        l4 = "tcp" if proto == ofmsg.IPPROTO_TCP else "udp"
+        return ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ip_proto=proto, ipv4_src=src, ipv4_dst=dst,
+                              **{f"{l4}_src": sport, f"{l4}_dst": dport})
+
+    def _entries(self, key: FiveTuple, path: tuple[str, ...], only: str) -> list[ofmsg.Message]:
+        i = path.index(only)
+        out = ofmsg.Output(self.view.port(only, path[i + 1]))
+        # the source ToR keeps counting the flow
+        actions = [ofmsg.Resubmit(TABLE_ACCOUNT), out] if i == 1 else [out]
+        return [ofmsg.flow_add(TABLE_FORWARD, PRIO_EXACT_FLOW, self._match(key), actions,
+                               cookie=cookie(APP_LESSOR), idle_timeout=LONG_FLOW_IDLE_S)]
+
+    def _delete(self, key: FiveTuple) -> ofmsg.FlowMod:
+        return ofmsg.flow_delete_strict(TABLE_FORWARD, PRIO_EXACT_FLOW, self._match(key),
+                                        cookie(APP_LESSOR), COOKIE_APP_MASK)
+
+    def flow_expired(self, key: FiveTuple) -> None:
+        self.installed.pop(key, None)
+        self.table.remove(key)
+
+    # ---- status ----------------------------------------------------------------------------
+    def state(self) -> dict:
+        alloc = self.last_allocation
+        return {
+            "polling_period_s": self.polling.period_s,
+            "polling_history": self.polling.history[-200:],
+            "flows": len(self.table.flows),
+            "long_flows": [{"flow": list(s.key), "rate_bps": s.predicted, "bytes": s.bytes}
+                           for s in self.table.long_flows()],
+            "installed": {" ".join(map(str, k)): list(v.path) for k, v in sorted(self.installed.items())},
+            "lambda": None if alloc is None else alloc.lam,
+            "lambda_one_path": None if alloc is None else alloc.integral_lam,
+        }
+
+
+def five_tuple(match: dict) -> FiveTuple | None:
+    proto = match.get("ip_proto")
+    l4 = {ofmsg.IPPROTO_TCP: "tcp", ofmsg.IPPROTO_UDP: "udp"}.get(proto)
+    if l4 is None or "ipv4_src" not in match or "ipv4_dst" not in match:
+        return None
+    return (match["ipv4_src"], match["ipv4_dst"], proto, match.get(f"{l4}_src", 0), match.get(f"{l4}_dst", 0))
+

@@ -1,0 +1,117 @@
+"""LESSOR on the fake network: ToR counters -> long flows -> PMPT -> entries
+that the long flows really follow; short flows never wait for the controller."""
+
+from apps.lessor.logic import LessorLogic
+from controller import ofmsg
+from controller.fakenet import FakeNetwork
+from controller.network_view import NetworkView
+from mininet_topos import builders
+
+PAIRS = [("h1", "h16"), ("h2", "h15"), ("h3", "h14"), ("h5", "h12"), ("h6", "h11"), ("h9", "h4")]
+
+
+def _setup():
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    logic = LessorLogic(view)
+    net = FakeNetwork(view)
+    for sw in view.switches:
+        net.apply(sw, logic.switch_connected(sw))
+    assert net.errors() == {}
+    return view, logic, net
+
+
+def _send(net, pairs, packets, sport=1000):
+    for src, dst in pairs:
+        for _ in range(packets):
+            trace = net.trace(src, net.packet(src, dst, sport=sport, length=9000))
+            assert trace.delivered_to == dst and not trace.packet_in
+
+
+def _poll(logic, net, now):
+    for sw, reqs in logic.poll(now).items():
+        for req in reqs:
+            logic.flow_stats(sw, net.flow_stats(sw, req), now)
+
+
+def _allocate_and_install(logic, net):
+    flows = logic.long_flows()
+    alloc = logic.allocate(flows)
+    for sw, msgs in logic.install(alloc, flows):
+        net.apply(sw, msgs)
+    assert net.errors() == {}
+    return flows, alloc
+
+
+def test_long_flows_follow_their_allocated_paths_and_short_flows_never_packet_in():
+    view, logic, net = _setup()
+    _poll(logic, net, 0.0)
+    _send(net, PAIRS, packets=20)            # 180 KB each: long
+    _poll(logic, net, 1.0)
+    _send(net, [("h7", "h8")], packets=3)    # 27 KB: short
+    _poll(logic, net, 2.0)
+    flows, alloc = _allocate_and_install(logic, net)
+    assert len(flows) == len(PAIRS)                          # the short flow never reached PMPT
+    assert alloc.integral_lam == 1.0                         # a permutation: no shared link
+    for src, dst in PAIRS:
+        key = (view.ip(src), view.ip(dst), 6, 1000, 80)
+        want = logic.installed[key].path[1:-1]
+        trace = net.trace(src, net.packet(src, dst, sport=1000))
+        assert trace.path == want and trace.delivered_to == dst
+    # brand-new flows (any size) are forwarded at once by the defaults
+    for src, dst in [("h1", "h9"), ("h7", "h8"), ("h16", "h1")]:
+        trace = net.trace(src, net.packet(src, dst, sport=2000))
+        assert trace.delivered_to == dst and not trace.packet_in
+    assert net.packet_ins == []
+    # the source ToR keeps counting an installed long flow
+    before = dict(((tuple(sorted(m.items())), b) for m, b in net.flow_stats("e0_0", logic.poll(3.0)["e0_0"][0])))
+    _send(net, [("h1", "h16")], packets=2)
+    after = dict(((tuple(sorted(m.items())), b) for m, b in net.flow_stats("e0_0", logic.poll(3.5)["e0_0"][0])))
+    assert sum(after.values()) - sum(before.values()) == 2 * 9000
+
+
+def test_reroute_is_make_before_break():
+    view, logic, net = _setup()
+    _poll(logic, net, 0.0)
+    _send(net, PAIRS, packets=20)
+    _poll(logic, net, 1.0)
+    _allocate_and_install(logic, net)
+    key = (view.ip("h1"), view.ip("h16"), 6, 1000, 80)
+    old = logic.installed[key].path
+    core = old[3]
+    agg = old[2]
+    # fail the flow's core link; the next allocation must move it
+    view.set_link_state(agg, core, False)
+    flows = logic.long_flows()
+    alloc = logic.allocate(flows)
+    plan = logic.install(alloc, flows)
+    new = logic.installed[key].path
+    assert core not in new
+    order = [(sw, m) for sw, msgs in plan for m in msgs]
+    adds = [sw for sw, m in order if m.command == "add" and dict(m.match.fields).get("tcp_src") == 1000
+            and m.match.as_dict()["ipv4_src"] == view.ip("h1")]
+    assert adds == list(reversed(new[1:-1]))                 # destination first, the ToR last
+    first_delete = next(i for i, (_, m) in enumerate(order) if m.command.startswith("delete"))
+    assert all(not m.command.startswith("delete") for _, m in order[:first_delete])
+    for sw, msgs in plan:
+        net.apply(sw, msgs)
+    trace = net.trace("h1", net.packet("h1", "h16", sport=1000))
+    assert trace.delivered_to == "h16" and trace.path == new[1:-1]
+    for sw in old[1:-1]:
+        if sw not in new:   # entries only the old path used are gone
+            assert not [e for e in net.switches[sw].flows(1) if e.priority == 1000
+                        and e.match.as_dict().get("ipv4_src") == view.ip("h1")]
+
+
+def test_reconnecting_switch_gets_its_long_flow_entries_back():
+    view, logic, net = _setup()
+    _poll(logic, net, 0.0)
+    _send(net, PAIRS, packets=20)
+    _poll(logic, net, 1.0)
+    _allocate_and_install(logic, net)
+    key = (view.ip("h1"), view.ip("h16"), 6, 1000, 80)
+    path = logic.installed[key].path
+    agg = path[2]
+    net.apply(agg, logic.switch_connected(agg))
+    assert net.trace("h1", net.packet("h1", "h16", sport=1000)).path == path[1:-1]
+    state = logic.state()
+    assert state["polling_period_s"] > 0 and len(state["installed"]) == len(PAIRS)
