@@ -15,8 +15,9 @@ from controller.topology import TopologyDescription
 APPS = {
     "single_path": "apps.routing.single_path",
     "ecmp": "apps.routing.ecmp",
+    "lessor": "apps.lessor.app",
 }
-ROUTING_APPS = {"single_path", "ecmp"}
+ROUTING_APPS = {"single_path", "ecmp", "lessor"}  # each installs the forwarding defaults
 
 
 def resolve_apps(names: list[str]) -> list[str]:

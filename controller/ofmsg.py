@@ -215,4 +215,10 @@ class FlowStatsRequest:
     cookie_mask: int = 0
 
 
-Message = FlowMod | GroupMod | PacketOut | PortDescRequest | FlowStatsRequest
+@dataclass(frozen=True)
+class EchoRequest:
+    """OpenFlow echo; the reply carries ``data`` back (used to time RTTs)."""
+    data: bytes = b""
+
+
+Message = FlowMod | GroupMod | PacketOut | PortDescRequest | FlowStatsRequest | EchoRequest

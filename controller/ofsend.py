@@ -89,6 +89,8 @@ def to_parser(dp: Any, msg: ofmsg.Message) -> Any:
                               actions=[_action(dp, a) for a in msg.actions], data=msg.data)
     if isinstance(msg, ofmsg.PortDescRequest):
         return p.OFPPortDescStatsRequest(dp, 0)
+    if isinstance(msg, ofmsg.EchoRequest):
+        return p.OFPEchoRequest(dp, msg.data)
     if isinstance(msg, ofmsg.FlowStatsRequest):
         return p.OFPFlowStatsRequest(dp, 0, msg.table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
                                      msg.cookie, msg.cookie_mask, p.OFPMatch())

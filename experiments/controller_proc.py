@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import psutil
 
 class ControllerProcess:
     def __init__(self, topology_file: Path, apps: list[str], of_port: int, log_file: Path,
-                 cpu_interval: float = 1.0):
+                 cpu_interval: float = 1.0, env: dict[str, str] | None = None):
+        self.env = env
         self.cmd = [sys.executable, "-m", "bwfabric.cli", "controller", "--topology",
                     str(topology_file), "--apps", ",".join(apps), "--of-port", str(of_port)]
         self.log_file = log_file
@@ -26,7 +28,8 @@ class ControllerProcess:
 
     def start(self) -> "ControllerProcess":
         self._log = open(self.log_file, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        env = {**os.environ, **self.env} if self.env else None
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         time.sleep(0.5)
         if self.proc.poll() is not None:
             raise RuntimeError(f"controller exited at once ({self.proc.returncode}); "

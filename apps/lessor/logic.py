@@ -49,6 +49,7 @@ class LessorLogic:
         self.schedule = PollSchedule(self.polling)
         self.installed: dict[FiveTuple, Installed] = {}
         self.last_allocation: Allocation | None = None
+        self.reroutes = 0  # installed long flows moved to another path
         self.edges = [sw for sw in view.switches if view.graph.nodes[sw]["role"] == "edge"]
 
     # ---- switches ------------------------------------------------------------------
@@ -123,6 +124,7 @@ class LessorLogic:
             for sw in reversed(new.path[1:-1]):
                 adds.append((sw, self._entries(key, new.path, only=sw)))
             if old is not None:
+                self.reroutes += 1
                 for sw in old.path[1:-1]:
                     if sw not in new.path:
                         removals.append((sw, [self._delete(key)]))
@@ -162,6 +164,7 @@ class LessorLogic:
             "long_flows": [{"flow": list(s.key), "rate_bps": s.predicted, "bytes": s.bytes}
                            for s in self.table.long_flows()],
             "installed": {" ".join(map(str, k)): list(v.path) for k, v in sorted(self.installed.items())},
+            "reroutes": self.reroutes,
             "lambda": None if alloc is None else alloc.lam,
             "lambda_one_path": None if alloc is None else alloc.integral_lam,
         }

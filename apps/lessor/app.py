@@ -1,0 +1,157 @@
+"""os-ken/Ryu app: LESSOR (a shim over :class:`apps.lessor.logic.LessorLogic`).
+
+Environment:
+- ``BWFABRIC_LESSOR``: optional JSON object of settings: the PollingConfig
+  fields (lower, upper, initial_s, alpha, alpha_min, alpha_step, min_s,
+  max_s, rtt_factor) and ``epsilon``; unknown keys are refused at start.
+- ``BWFABRIC_STATE_FILE``: where to write the controller's state (JSON) after
+  every polling decision: polling period and its history, controller CPU,
+  long flows, installed paths, lambda.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+import time
+from pathlib import Path
+
+import psutil
+
+from apps.lessor.logic import LessorLogic
+from apps.lessor.pre import PollingConfig
+from controller import ofmsg
+from controller.app_base import FabricApp, port_is_up
+from controller.sdn import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, hub, ofp_event,
+                            set_ev_cls)
+
+SETTINGS_ENV = "BWFABRIC_LESSOR"
+STATE_ENV = "BWFABRIC_STATE_FILE"
+
+
+def load_settings(raw: str | None) -> tuple[PollingConfig, float]:
+    data = json.loads(raw) if raw else {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{SETTINGS_ENV}: must be a JSON object")
+    fields = {f.name for f in dataclasses.fields(PollingConfig)}
+    unknown = sorted(set(data) - fields - {"epsilon"})
+    if unknown:
+        raise ValueError(f"{SETTINGS_ENV}: unknown keys {unknown}; valid: {sorted(fields | {'epsilon'})}")
+    epsilon = float(data.pop("epsilon", 0.05))
+    cfg = PollingConfig(**{k: float(v) for k, v in data.items()})
+    cfg.check()
+    return cfg, epsilon
+
+
+class LessorApp(FabricApp):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        polling, epsilon = load_settings(os.environ.get(SETTINGS_ENV))
+        self.lessor = LessorLogic(self.view, polling, epsilon)
+        self.state_file = os.environ.get(STATE_ENV)
+        self.process = psutil.Process()
+        self.process.cpu_percent(None)
+        self.packet_ins = 0
+        self.last_rtt: float | None = None
+        self.cpu_log: list[tuple[float, float, float]] = []   # (t, cpu fraction, period)
+        self.t0 = time.monotonic()
+        self.decide_at: float | None = None
+        self.poller = None
+
+    def start(self):
+        thread = super().start()
+        self.poller = hub.spawn(self._poll_loop)
+        return thread
+
+    # ---- events: a few lines each ----------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _switch_features(self, ev):
+        switch = self.register(ev.msg.datapath)
+        if switch:
+            self.send(switch, [*self.lessor.switch_connected(switch), ofmsg.PortDescRequest()])
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def _port_desc(self, ev):
+        switch, ofp = self.view.switch_by_dpid(ev.msg.datapath.id), ev.msg.datapath.ofproto
+        for desc in ev.msg.body:
+            self._port_changed(switch, desc.port_no, port_is_up(ofp, desc))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev):
+        ofp, desc = ev.msg.datapath.ofproto, ev.msg.desc
+        up = ev.msg.reason != ofp.OFPPR_DELETE and port_is_up(ofp, desc)
+        self._port_changed(self.view.switch_by_dpid(ev.msg.datapath.id), desc.port_no, up)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _flow_stats(self, ev):
+        switch = self.view.switch_by_dpid(ev.msg.datapath.id)
+        entries = [(dict(s.match.items()), s.byte_count) for s in ev.msg.body]
+        decide_at = self.lessor.flow_stats(switch, entries, time.monotonic())
+        self.decide_at = decide_at if self.decide_at is None else min(self.decide_at, decide_at)
+
+    @set_ev_cls(ofp_event.EventOFPEchoReply, MAIN_DISPATCHER)
+    def _echo_reply(self, ev):
+        if len(ev.msg.data) == 8:
+            self.last_rtt = time.monotonic() - struct.unpack("!d", ev.msg.data)[0]
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev):
+        self.packet_ins += 1  # nothing should ever come here: counted to prove it
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def _disconnected(self, ev):
+        switch = self.unregister(ev.datapath)
+        if switch:
+            self.lessor.routing.switch_disconnected(switch)
+
+    def _port_changed(self, switch, port, up):
+        if switch is None or port > 0xFFFFFF00:
+            return
+        for sw, msgs in self.lessor.link_changed(switch, port, up).items():
+            self.logger.info("port %s:%d %s: updating %s", switch, port, "up" if up else "down", sw)
+            self.send(sw, msgs)
+
+    # ---- the polling loop (a green thread) -----------------------------------------------
+    def _poll_loop(self):
+        next_poll = time.monotonic() + 1.0
+        while True:
+            hub.sleep(max(0.0, next_poll - time.monotonic()))
+            self.decide_at = None
+            now = time.monotonic()
+            for sw, msgs in self.lessor.poll(now).items():
+                if sw in self.datapaths:
+                    self.send(sw, [*msgs, ofmsg.EchoRequest(struct.pack("!d", time.monotonic()))])
+            deadline = now + 10.0
+            while self.decide_at is None and time.monotonic() < deadline:
+                hub.sleep(0.05)
+            if self.decide_at is not None:
+                hub.sleep(max(0.0, self.decide_at - time.monotonic()))
+            cpu = self.process.cpu_percent(None) / 100.0
+            rtt, self.last_rtt = self.last_rtt, None
+            next_poll = self.lessor.decide(time.monotonic(), cpu, rtt)  # compares rtt with earlier ones
+            if rtt is not None:
+                self.lessor.polling.record_rtt(rtt)
+            self.cpu_log.append((time.monotonic() - self.t0, cpu, self.lessor.polling.period_s))
+            self._reallocate()
+            self._write_state()
+
+    def _reallocate(self):
+        flows = self.lessor.long_flows()
+        if not flows:
+            return
+        from eventlet import tpool  # a real OS thread: the event loop keeps running
+        allocation = tpool.execute(self.lessor.allocate, flows)
+        for sw, msgs in self.lessor.install(allocation, flows):
+            self.send(sw, msgs)
+
+    def _write_state(self):
+        if not self.state_file:
+            return
+        state = self.lessor.state()
+        state.update(packet_ins=self.packet_ins, cpu_log=self.cpu_log[-500:],
+                     switches=sorted(self.datapaths))
+        tmp = Path(self.state_file + ".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state_file)

@@ -1,0 +1,72 @@
+"""Fire LESSOR's os-ken handlers with real os-ken event/parser classes."""
+
+import json
+import struct
+import time
+
+import pytest
+from os_ken.controller import ofp_event
+from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser as parser
+
+from apps.lessor.app import LessorApp, load_settings
+from controller.network_view import NetworkView
+from mininet_topos import builders
+from tests.unit.test_apps_smoke import Msg, RecordingDatapath
+
+
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    topo = builders.fattree(4, link_mbps=10)
+    topo.save(tmp_path / "t.json")
+    monkeypatch.setenv("BWFABRIC_TOPOLOGY", str(tmp_path / "t.json"))
+    monkeypatch.setenv("BWFABRIC_STATE_FILE", str(tmp_path / "state.json"))
+    monkeypatch.setenv("BWFABRIC_LESSOR", json.dumps({"min_s": 0.5, "epsilon": 0.05}))
+    return LessorApp(), NetworkView(topo), tmp_path
+
+
+def _stats(match_fields, byte_count):
+    match = parser.OFPMatch(**match_fields)
+    return parser.OFPFlowStats(table_id=3, duration_sec=1, duration_nsec=0, priority=100, idle_timeout=10,
+                               hard_timeout=0, flags=0, cookie=5 << 48, packet_count=10,
+                               byte_count=byte_count, match=match, instructions=[])
+
+
+def test_handlers(app):
+    inst, view, tmp = app
+    dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
+    for sw, dp in dps.items():
+        inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+        assert dp.sent, sw
+    names = {type(m).__name__ for m in dps["e0_0"].sent}
+    assert {"OFPFlowMod", "OFPGroupMod", "OFPPortDescStatsRequest"} <= names
+    fields = dict(eth_type=0x800, ip_proto=6, in_port=1, ipv4_src="10.0.0.1", ipv4_dst="10.0.0.16",
+                  tcp_src=1000, tcp_dst=80)
+    e00 = dps["e0_0"]
+    inst._flow_stats(ofp_event.EventOFPFlowStatsReply(Msg(e00, body=[_stats(fields, 0)])))
+    assert inst.decide_at is not None
+    time.sleep(0.01)
+    inst._flow_stats(ofp_event.EventOFPFlowStatsReply(Msg(e00, body=[_stats(fields, 500_000)])))
+    st = inst.lessor.table.flows[("10.0.0.1", "10.0.0.16", 6, 1000, 80)]
+    assert st.long and st.src_tor == "e0_0" and st.dst_tor == "e3_1"
+    inst._echo_reply(ofp_event.EventOFPEchoReply(Msg(e00, data=struct.pack("!d", time.monotonic() - 0.002))))
+    assert 0.002 <= inst.last_rtt < 1
+    inst._packet_in(ofp_event.EventOFPPacketIn(Msg(e00)))
+    assert inst.packet_ins == 1
+    inst._reallocate()          # PMPT in a real thread, then install
+    assert inst.lessor.installed
+    inst._write_state()
+    state = json.loads((tmp / "state.json").read_text())
+    assert state["packet_ins"] == 1 and len(state["installed"]) == 1
+    inst._disconnected(ofp_event.EventOFPStateChange(e00))
+    assert "e0_0" not in inst.datapaths
+
+
+def test_settings_are_validated():
+    cfg, eps = load_settings('{"min_s": 1, "max_s": 30, "epsilon": 0.1}')
+    assert cfg.min_s == 1 and cfg.max_s == 30 and eps == 0.1
+    with pytest.raises(ValueError, match="unknown keys \\['colour'\\]"):
+        load_settings('{"colour": 1}')
+    with pytest.raises(ValueError, match="lower"):
+        load_settings('{"lower": 0.9}')
+    with pytest.raises(ValueError, match="JSON object"):
+        load_settings('[1]')
