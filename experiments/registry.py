@@ -14,6 +14,8 @@ EXPERIMENTS = {
     "main": (routing_comparison, {}, "FatTree k=4 10 Mb/s: permutation + web search, single_path vs ecmp"),
     "fidelity": (routing_comparison, routing_comparison.FIDELITY,
                  "single_path stride-4/stride-8/permutation vs the max-min ideal"),
+    "lessor-permutation": (routing_comparison, routing_comparison.LESSOR_PERMUTATION,
+                           "FatTree k=4 random permutation of long flows: single_path, ecmp, lessor"),
 }
 
 

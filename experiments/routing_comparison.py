@@ -25,6 +25,7 @@ from mininet_topos import builders
 from experiments.options import OptionError
 
 PATTERNS = ("permutation", "stride4", "stride8", "stride1", "stride2")
+APPS = ("single_path", "ecmp", "lessor")
 
 
 @dataclass
@@ -50,8 +51,8 @@ class Config:
             if p not in PATTERNS:
                 raise OptionError(f"option patterns: {p!r} is not one of {', '.join(PATTERNS)}")
         for a in self.apps:
-            if a not in ("single_path", "ecmp"):
-                raise OptionError(f"option apps: {a!r} is not single_path or ecmp")
+            if a not in APPS:
+                raise OptionError(f"option apps: {a!r} is not one of {', '.join(APPS)}")
         if not 0 < self.load <= 1:
             raise OptionError(f"option load={self.load}: must be in (0, 1]")
         if self.link_mbps <= 0 or self.long_duration <= 0 or self.ws_duration <= 0:
@@ -61,6 +62,7 @@ class Config:
 
 
 FIDELITY = dict(apps=("single_path",), patterns=("stride4", "stride8", "permutation"), workload=None)
+LESSOR_PERMUTATION = dict(apps=("single_path", "ecmp", "lessor"), patterns=("permutation",), workload=None)
 
 
 def _pairs(name: str, hosts: list[str], seed: int) -> list[tuple[str, str]]:
@@ -106,7 +108,9 @@ def run(cfg: Config, out_dir: Path) -> dict:
         for app in cfg.apps:
             fab.clear_forwarding()
             app_rep: dict = {"long": {}, "workload": None}
-            with ControllerProcess(topo_file, [app], cfg.of_port, out_dir / f"controller-{app}.log") as ctl:
+            env = {"BWFABRIC_STATE_FILE": str(out_dir / f"state-{app}.json")}
+            with ControllerProcess(topo_file, [app], cfg.of_port, out_dir / f"controller-{app}.log",
+                                   env=env) as ctl:
                 stage(f"{app}: installing routes")
                 t_start = time.monotonic()
                 fab.wait_routes()

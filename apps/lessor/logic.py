@@ -5,9 +5,13 @@
   (``DestinationRouting(accounting=True)``).
 - PRE: only ToR (edge) switches are polled, for their counter table, on the
   schedule of Algorithm 1; counters feed the FlowTable (Eq. 4, short/long).
-- PMPT: long flows, with demand B_f from the host's label when it gave one,
-  else Hedera's natural-demand estimate times the NIC rate, are allocated
-  one path each; each is installed as exact-match entries (priority above
+- PMPT: long flows are allocated one path each. Demand B_f: Hedera's
+  natural-demand estimate times the NIC rate for long flows that move at
+  least 10 % of their NIC rate (network-limited elephants); a long flow
+  slower than that is application-limited (a reverse ACK stream, say) and
+  its demand is its predicted rate. Installed flows keep their paths unless
+  the new allocation's one-path lambda beats keeping them by more than
+  ``REROUTE_GAIN`` (hysteresis: every move costs TCP a reordering); each is installed as exact-match entries (priority above
   the ECMP defaults) on every switch of its path, with an idle timeout so
   dead flows vanish. A moved flow is installed make-before-break: entries on
   the new path go out destination-first, the ToR's entry is switched last,
@@ -17,9 +21,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from apps.lessor.hedera import estimate_demands
+from apps.lessor.hedera import ELEPHANT_FRACTION, estimate_demands
 from apps.lessor.paths import PathDictionary
-from apps.lessor.pmpt import DEFAULT_EPSILON, Allocation, LongFlow, pmpt
+from apps.lessor.pmpt import DEFAULT_EPSILON, Allocation, LongFlow, mrtf_key, pmpt
 from apps.lessor.pre import AdaptivePolling, FlowTable, PollingConfig, PollSchedule
 from apps.routing.logic import DestinationRouting
 from controller import ofmsg
@@ -28,6 +32,7 @@ from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, PRIO_
                                  TABLE_FORWARD, cookie)
 
 LONG_FLOW_IDLE_S = 10
+REROUTE_GAIN = 0.05
 FiveTuple = tuple[str, str, int, int, int]  # src ip, dst ip, proto, src port, dst port
 
 
@@ -88,15 +93,23 @@ class LessorLogic:
         return self.schedule.decide(now, cpu, rtt_s)
 
     # ---- PMPT ---------------------------------------------------------------------------
+    def _nic(self, ip: str) -> float:
+        host = self.view.host_by_ip(ip)
+        return self.view.capacity(host, self.view.host_switch(host)[0])
+
     def long_flows(self) -> list[LongFlow]:
         states = [s for s in self.table.long_flows() if s.src_tor != s.dst_tor]
-        natural = estimate_demands([(s.key[0], s.key[1]) for s in states])
+        elephants = [s for s in states
+                     if s.predicted is None or s.predicted >= ELEPHANT_FRACTION * self._nic(s.key[0])]
+        natural = dict(zip((s.key for s in elephants),
+                           estimate_demands([(s.key[0], s.key[1]) for s in elephants])))
         flows = []
-        for st, frac in zip(states, natural):
-            src_host = self.view.host_by_ip(st.key[0])
-            nic = self.view.capacity(src_host, self.view.host_switch(src_host)[0])
-            flows.append(LongFlow(st.key, st.src_tor, st.dst_tor, frac * nic,
-                                  self.table.remaining_bytes(st.key)))
+        for st in states:
+            if st.key in natural:
+                demand = natural[st.key] * self._nic(st.key[0])
+            else:
+                demand = st.predicted
+            flows.append(LongFlow(st.key, st.src_tor, st.dst_tor, demand, self.table.remaining_bytes(st.key)))
         return flows
 
     def allocate(self, flows: list[LongFlow]) -> Allocation:
@@ -115,6 +128,9 @@ class LessorLogic:
                 continue
             src, dst = self.view.host_by_ip(f.key[0]), self.view.host_by_ip(f.key[1])
             wanted[f.key] = Installed((src, *tor_path, dst), allocation.flow_rate.get(f.key, 0.0))
+        kept = self._keep_current(flows, wanted, allocation.integral_lam)
+        if kept is not None:
+            wanted = kept
         for key in sorted(wanted):
             new = wanted[key]
             old = self.installed.get(key)
@@ -130,6 +146,40 @@ class LessorLogic:
                         removals.append((sw, [self._delete(key)]))
         self.installed.update(wanted)
         return adds + removals
+
+    def _keep_current(self, flows: list[LongFlow], wanted: dict, new_lam: float) -> dict | None:
+        """Installed flows stay on their current (still working) paths and the
+        others are fitted around them (MRTF order, least-congested candidate
+        path); returned if its one-path lambda is within REROUTE_GAIN of the
+        new allocation's, else None (the new allocation wins)."""
+        keep = {f.key: self.installed[f.key] for f in flows if f.key in self.installed
+                and all(self.view.link_up(u, v) for u, v in self.view.path_links(self.installed[f.key].path))}
+        if not keep or all(keep.get(k) == v for k, v in wanted.items()):
+            return None
+        loads: dict[tuple[str, str], float] = {}
+
+        def add(path: tuple[str, ...], demand: float) -> None:
+            for link in self.view.path_links(path):
+                loads[link] = loads.get(link, 0.0) + demand
+
+        demand = {f.key: f.demand for f in flows}
+        for key, inst in keep.items():
+            add(inst.path[1:-1], demand[key])
+        mixed = dict(keep)
+        for f in sorted((f for f in flows if f.key not in keep and f.key in wanted), key=mrtf_key):
+            candidates = self.paths.paths(f.src_tor, f.dst_tor)[0]
+
+            def worst(path: tuple[str, ...]) -> float:
+                return max((loads.get(link, 0.0) + f.demand) / self.view.capacity(*link)
+                           for link in self.view.path_links(path)) if len(path) > 1 else 0.0
+
+            best = min(candidates, key=lambda p: (worst(p), candidates.index(p)))
+            add(best, f.demand)
+            ends = wanted[f.key].path
+            mixed[f.key] = Installed((ends[0], *best, ends[-1]), f.demand)
+        lam = min((self.view.capacity(*link) / load for link, load in loads.items() if load > 0),
+                  default=float("inf"))
+        return mixed if lam >= (1 - REROUTE_GAIN) * new_lam else None
 
     # ---- entries --------------------------------------------------------------------------
     def _match(self, key: FiveTuple) -> ofmsg.Match:

@@ -47,6 +47,7 @@ def test_long_flows_follow_their_allocated_paths_and_short_flows_never_packet_in
     _poll(logic, net, 0.0)
     _send(net, PAIRS, packets=20)            # 180 KB each: long
     _poll(logic, net, 1.0)
+    _send(net, PAIRS, packets=20)            # elephants keep going: 1.44 Mb/s
     _send(net, [("h7", "h8")], packets=3)    # 27 KB: short
     _poll(logic, net, 2.0)
     flows, alloc = _allocate_and_install(logic, net)
@@ -115,3 +116,31 @@ def test_reconnecting_switch_gets_its_long_flow_entries_back():
     assert net.trace("h1", net.packet("h1", "h16", sport=1000)).path == path[1:-1]
     state = logic.state()
     assert state["polling_period_s"] > 0 and len(state["installed"]) == len(PAIRS)
+
+
+def test_slow_long_flows_get_their_rate_as_demand_and_paths_are_sticky():
+    view, logic, net = _setup()
+    _poll(logic, net, 0.0)
+    _send(net, PAIRS, packets=20)
+    _send(net, [("h16", "h1")], packets=12, sport=3000)      # 108 KB in 1 s: long but slow
+    _poll(logic, net, 1.0)
+    _send(net, PAIRS, packets=20)
+    _send(net, [("h16", "h1")], packets=1, sport=3000)       # 72 kb/s: an ACK-like stream
+    _poll(logic, net, 2.0)
+    flows = {f.key: f for f in logic.long_flows()}
+    slow = flows[(view.ip("h16"), view.ip("h1"), 6, 3000, 80)]
+    assert slow.demand == 9000 * 8                          # its measured rate, not a NIC share
+    fast = flows[(view.ip("h1"), view.ip("h16"), 6, 1000, 80)]
+    assert fast.demand == 10e6                              # Hedera: alone at both NICs
+    _allocate_and_install(logic, net)
+    before = {k: v.path for k, v in logic.installed.items()}
+    # one more elephant appears: nobody already placed is moved for it
+    _send(net, PAIRS, packets=20)
+    _send(net, [("h4", "h13")], packets=40, sport=4000)
+    _poll(logic, net, 3.0)
+    _send(net, PAIRS, packets=20)
+    _send(net, [("h4", "h13")], packets=20, sport=4000)
+    _poll(logic, net, 4.0)
+    _allocate_and_install(logic, net)
+    assert all(logic.installed[k].path == p for k, p in before.items())
+    assert logic.reroutes == 0 and (view.ip("h4"), view.ip("h13"), 6, 4000, 80) in logic.installed
