@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from apps.lessor.logic import LessorLogic
+from apps.lessor.pmpt import warm_up
 from apps.lessor.pre import PollingConfig
 from controller import ofmsg
 from controller.app_base import FabricApp, port_is_up
@@ -50,6 +51,7 @@ class LessorApp(FabricApp):
         super().__init__(*args, **kwargs)
         polling, epsilon = load_settings(os.environ.get(SETTINGS_ENV))
         self.lessor = LessorLogic(self.view, polling, epsilon)
+        self.logger.info("PMPT kernels ready in %.2f s", warm_up())
         self.state_file = os.environ.get(STATE_ENV)
         self.process = psutil.Process()
         self.process.cpu_percent(None)

@@ -245,3 +245,18 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
 def mrtf_key(f: LongFlow) -> tuple:
     """Minimum remaining time first; unknown sizes last, larger demand first."""
     return (f.remaining_time, -f.demand, str(f.key))
+
+
+def warm_up() -> float:
+    """Compile (or load from numba's cache) the kernels on a tiny instance, so
+    the first real allocation is not delayed by compilation. Returns seconds."""
+    from controller.network_view import NetworkView
+    from mininet_topos.builders import fattree
+
+    t0 = time.perf_counter()
+    view = NetworkView(fattree(4))
+    pd = PathDictionary(view)
+    flows = [LongFlow(i, f"e0_{i % 2}", f"e{1 + i % 3}_{i % 2}", 1e6 * (1 + i % 3)) for i in range(6)]
+    pmpt(flows, pd)
+    pmpt([LongFlow(0, "e0_0", "e1_0", 10e6), LongFlow(1, "e0_0", "e1_1", 10e6)], pd)
+    return time.perf_counter() - t0
