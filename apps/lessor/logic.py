@@ -67,7 +67,20 @@ class LessorLogic:
         return msgs
 
     def link_changed(self, switch: str, port: int, up: bool) -> dict[str, list[ofmsg.Message]]:
-        return self.routing.link_changed(switch, port, up)
+        """Defaults are rerouted at once; long flows whose path lost a link
+        lose their exact entries too, so they fall back to the (already
+        rerouted) defaults -- no blackhole -- until the next allocation."""
+        out = self.routing.link_changed(switch, port, up)
+        if up:
+            return out
+        for key, inst in sorted(self.installed.items()):
+            links = self.view.path_links(inst.path)
+            if all(self.view.link_up(u, v) for u, v in links):
+                continue
+            for sw in inst.path[1:-1]:
+                out.setdefault(sw, []).append(self._delete(key))
+            del self.installed[key]
+        return out
 
     # ---- PRE: polling ------------------------------------------------------------------
     def poll(self, now: float) -> dict[str, list[ofmsg.Message]]:

@@ -144,3 +144,27 @@ def test_slow_long_flows_get_their_rate_as_demand_and_paths_are_sticky():
     _allocate_and_install(logic, net)
     assert all(logic.installed[k].path == p for k, p in before.items())
     assert logic.reroutes == 0 and (view.ip("h4"), view.ip("h13"), 6, 4000, 80) in logic.installed
+
+
+def test_failed_link_on_a_long_flow_path_falls_back_then_reroutes():
+    view, logic, net = _setup()
+    _poll(logic, net, 0.0)
+    _send(net, PAIRS, packets=20)
+    _poll(logic, net, 1.0)
+    _send(net, PAIRS, packets=20)
+    _poll(logic, net, 2.0)
+    _allocate_and_install(logic, net)
+    key = (view.ip("h1"), view.ip("h16"), 6, 1000, 80)
+    path = logic.installed[key].path
+    agg, core = path[2], path[3]
+    for sw, msgs in logic.link_changed(agg, view.port(agg, core), False).items():
+        net.apply(sw, msgs)
+    assert key not in logic.installed
+    trace = net.trace("h1", net.packet("h1", "h16", sport=1000))
+    assert trace.delivered_to == "h16" and core not in trace.path       # at once, on the defaults
+    _send(net, PAIRS, packets=20)
+    _poll(logic, net, 3.0)
+    _allocate_and_install(logic, net)
+    new = logic.installed[key].path
+    assert core not in new
+    assert net.trace("h1", net.packet("h1", "h16", sport=1000)).path == new[1:-1]
