@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 
-from controller import ofsend
+from controller import ofmsg, ofsend
 from controller.network_view import NetworkView
-from controller.sdn import BaseApp, ofproto_v1_3
+from controller.sdn import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp_event,
+                            ofproto_v1_3, set_ev_cls)
 from controller.topology import TopologyDescription
 
 TOPOLOGY_ENV = "BWFABRIC_TOPOLOGY"
@@ -61,3 +62,42 @@ class FabricApp(BaseApp):
             self.logger.warning("not sending %d messages to %s: not connected", len(msgs), switch)
             return
         ofsend.send(dp, msgs)
+
+
+class ForwardingApp(FabricApp):
+    """An app that installs the forwarding defaults: switch connect, port
+    changes and disconnects go to ``self.logic``, which answers with
+    messages (``switch_connected``, ``link_changed``, ``switch_disconnected``)."""
+
+    logic = None  # set by the subclass
+
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _switch_features(self, ev):
+        switch = self.register(ev.msg.datapath)
+        if switch:
+            self.send(switch, [*self.logic.switch_connected(switch), ofmsg.PortDescRequest()])
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def _port_desc(self, ev):
+        switch, ofp = self.view.switch_by_dpid(ev.msg.datapath.id), ev.msg.datapath.ofproto
+        for desc in ev.msg.body:
+            self._port_changed(switch, desc.port_no, port_is_up(ofp, desc))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev):
+        ofp, desc = ev.msg.datapath.ofproto, ev.msg.desc
+        up = ev.msg.reason != ofp.OFPPR_DELETE and port_is_up(ofp, desc)
+        self._port_changed(self.view.switch_by_dpid(ev.msg.datapath.id), desc.port_no, up)
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def _disconnected(self, ev):
+        switch = self.unregister(ev.datapath)
+        if switch:
+            self.logic.switch_disconnected(switch)
+
+    def _port_changed(self, switch, port, up):
+        if switch is None or port > 0xFFFFFF00:
+            return
+        for sw, msgs in self.logic.link_changed(switch, port, up).items():
+            self.logger.info("port %s:%d %s: updating %s", switch, port, "up" if up else "down", sw)
+            self.send(sw, msgs)

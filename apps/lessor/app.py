@@ -24,9 +24,8 @@ from apps.lessor.logic import LessorLogic
 from apps.lessor.pmpt import warm_up
 from apps.lessor.pre import PollingConfig
 from controller import ofmsg
-from controller.app_base import FabricApp, port_is_up
-from controller.sdn import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, hub, ofp_event,
-                            set_ev_cls)
+from controller.app_base import ForwardingApp
+from controller.sdn import MAIN_DISPATCHER, hub, ofp_event, set_ev_cls
 
 SETTINGS_ENV = "BWFABRIC_LESSOR"
 STATE_ENV = "BWFABRIC_STATE_FILE"
@@ -46,11 +45,11 @@ def load_settings(raw: str | None) -> tuple[PollingConfig, float]:
     return cfg, epsilon
 
 
-class LessorApp(FabricApp):
+class LessorApp(ForwardingApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         polling, epsilon = load_settings(os.environ.get(SETTINGS_ENV))
-        self.lessor = LessorLogic(self.view, polling, epsilon)
+        self.lessor = self.logic = LessorLogic(self.view, polling, epsilon)
         self.logger.info("PMPT kernels ready in %.2f s", warm_up())
         self.state_file = os.environ.get(STATE_ENV)
         self.process = psutil.Process()
@@ -67,25 +66,7 @@ class LessorApp(FabricApp):
         self.poller = hub.spawn(self._poll_loop)
         return thread
 
-    # ---- events: a few lines each ----------------------------------------------------
-    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
-    def _switch_features(self, ev):
-        switch = self.register(ev.msg.datapath)
-        if switch:
-            self.send(switch, [*self.lessor.switch_connected(switch), ofmsg.PortDescRequest()])
-
-    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
-    def _port_desc(self, ev):
-        switch, ofp = self.view.switch_by_dpid(ev.msg.datapath.id), ev.msg.datapath.ofproto
-        for desc in ev.msg.body:
-            self._port_changed(switch, desc.port_no, port_is_up(ofp, desc))
-
-    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
-    def _port_status(self, ev):
-        ofp, desc = ev.msg.datapath.ofproto, ev.msg.desc
-        up = ev.msg.reason != ofp.OFPPR_DELETE and port_is_up(ofp, desc)
-        self._port_changed(self.view.switch_by_dpid(ev.msg.datapath.id), desc.port_no, up)
-
+    # ---- events (switch connect, ports, disconnect: ForwardingApp) -------------------
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _flow_stats(self, ev):
         switch = self.view.switch_by_dpid(ev.msg.datapath.id)
@@ -101,19 +82,6 @@ class LessorApp(FabricApp):
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev):
         self.packet_ins += 1  # nothing should ever come here: counted to prove it
-
-    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
-    def _disconnected(self, ev):
-        switch = self.unregister(ev.datapath)
-        if switch:
-            self.lessor.routing.switch_disconnected(switch)
-
-    def _port_changed(self, switch, port, up):
-        if switch is None or port > 0xFFFFFF00:
-            return
-        for sw, msgs in self.lessor.link_changed(switch, port, up).items():
-            self.logger.info("port %s:%d %s: updating %s", switch, port, "up" if up else "down", sw)
-            self.send(sw, msgs)
 
     # ---- the polling loop (a green thread) -----------------------------------------------
     def _poll_loop(self):

@@ -82,6 +82,9 @@ class LessorLogic:
             del self.installed[key]
         return out
 
+    def switch_disconnected(self, switch: str) -> None:
+        self.routing.switch_disconnected(switch)
+
     # ---- PRE: polling ------------------------------------------------------------------
     def poll(self, now: float) -> dict[str, list[ofmsg.Message]]:
         self.schedule.poll_sent(now)

@@ -49,4 +49,4 @@ def test_event_handlers_are_thin():
                     body = [ln for ln in inspect.getsource(fn).splitlines()[2:] if ln.strip()]
                     assert len(body) <= 6, f"{cls.__name__}.{name} has {len(body)} lines"
                     checked += 1
-    assert checked >= 11  # routing: 4 handlers; lessor: 7
+    assert checked >= 7  # ForwardingApp: 4 handlers; lessor: 3 of its own

@@ -33,6 +33,14 @@ def _poll(logic, net, now):
             logic.flow_stats(sw, net.flow_stats(sw, req), now)
 
 
+def _steady_elephants(logic, net):
+    """Two polling intervals of steady 1.44 Mb/s elephants for PAIRS."""
+    _poll(logic, net, 0.0)
+    for t in (1.0, 2.0):
+        _send(net, PAIRS, packets=20)
+        _poll(logic, net, t)
+
+
 def _allocate_and_install(logic, net):
     flows = logic.long_flows()
     alloc = logic.allocate(flows)
@@ -148,11 +156,7 @@ def test_slow_long_flows_get_their_rate_as_demand_and_paths_are_sticky():
 
 def test_failed_link_on_a_long_flow_path_falls_back_then_reroutes():
     view, logic, net = _setup()
-    _poll(logic, net, 0.0)
-    _send(net, PAIRS, packets=20)
-    _poll(logic, net, 1.0)
-    _send(net, PAIRS, packets=20)
-    _poll(logic, net, 2.0)
+    _steady_elephants(logic, net)
     _allocate_and_install(logic, net)
     key = (view.ip("h1"), view.ip("h16"), 6, 1000, 80)
     path = logic.installed[key].path
