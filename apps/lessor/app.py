@@ -53,7 +53,7 @@ class LessorApp(ForwardingApp):
         self.logger.info("PMPT kernels ready in %.2f s", warm_up())
         self.state_file = os.environ.get(STATE_ENV)
         self.process = psutil.Process()
-        self.process.cpu_percent(None)
+        self.process.cpu_percent(None)  # after the warm-up: Algorithm 1 must not see the compilation
         self.packet_ins = 0
         self.last_rtt: float | None = None
         self.cpu_log: list[tuple[float, float, float]] = []   # (t, cpu fraction, period)
@@ -90,10 +90,13 @@ class LessorApp(ForwardingApp):
             hub.sleep(max(0.0, next_poll - time.monotonic()))
             self.decide_at = None
             now = time.monotonic()
-            for sw, msgs in self.lessor.poll(now).items():
-                if sw in self.datapaths:
-                    self.send(sw, [*msgs, ofmsg.EchoRequest(struct.pack("!d", time.monotonic()))])
-            deadline = now + 10.0
+            requests = {sw: msgs for sw, msgs in self.lessor.poll(now).items() if sw in self.datapaths}
+            if not requests:  # no ToR connected yet: nothing to measure, look again soon
+                next_poll = now + 0.5
+                continue
+            for sw, msgs in requests.items():
+                self.send(sw, [*msgs, ofmsg.EchoRequest(struct.pack("!d", time.monotonic()))])
+            deadline = now + max(1.0, self.lessor.polling.period_s)
             while self.decide_at is None and time.monotonic() < deadline:
                 hub.sleep(0.05)
             if self.decide_at is not None:
