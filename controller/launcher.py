@@ -16,8 +16,9 @@ APPS = {
     "single_path": "apps.routing.single_path",
     "ecmp": "apps.routing.ecmp",
     "lessor": "apps.lessor.app",
+    "hedera": "apps.lessor.hedera_app",
 }
-ROUTING_APPS = {"single_path", "ecmp", "lessor"}  # each installs the forwarding defaults
+ROUTING_APPS = {"single_path", "ecmp", "lessor", "hedera"}  # each installs the forwarding defaults
 
 
 def resolve_apps(names: list[str]) -> list[str]:

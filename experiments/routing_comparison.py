@@ -25,7 +25,7 @@ from mininet_topos import builders
 from experiments.options import OptionError
 
 PATTERNS = ("permutation", "stride4", "stride8", "stride1", "stride2")
-APPS = ("single_path", "ecmp", "lessor")
+APPS = ("single_path", "ecmp", "hedera", "lessor")
 
 
 @dataclass
@@ -65,7 +65,8 @@ FIDELITY = dict(apps=("single_path",), patterns=("stride4", "stride8", "permutat
 # Measured with the default 3 s warm-up: it includes LESSOR's convergence
 # (flows start on the ECMP defaults, are found within one polling period and
 # moved onto PMPT's paths).
-LESSOR_PERMUTATION = dict(apps=("single_path", "ecmp", "lessor"), patterns=("permutation",), workload=None)
+LESSOR_PERMUTATION = dict(apps=("single_path", "ecmp", "hedera", "lessor"), patterns=("permutation",),
+                          workload=None)
 
 
 def _pairs(name: str, hosts: list[str], seed: int) -> list[tuple[str, str]]:

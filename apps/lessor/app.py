@@ -31,7 +31,8 @@ SETTINGS_ENV = "BWFABRIC_LESSOR"
 STATE_ENV = "BWFABRIC_STATE_FILE"
 
 
-def load_settings(raw: str | None) -> tuple[PollingConfig, float]:
+def load_settings(raw: str | None) -> tuple[PollingConfig | None, float]:
+    """(polling config, or None for the app's default; epsilon)."""
     data = json.loads(raw) if raw else {}
     if not isinstance(data, dict):
         raise ValueError(f"{SETTINGS_ENV}: must be a JSON object")
@@ -40,16 +41,20 @@ def load_settings(raw: str | None) -> tuple[PollingConfig, float]:
     if unknown:
         raise ValueError(f"{SETTINGS_ENV}: unknown keys {unknown}; valid: {sorted(fields | {'epsilon'})}")
     epsilon = float(data.pop("epsilon", 0.05))
+    if not data:
+        return None, epsilon
     cfg = PollingConfig(**{k: float(v) for k, v in data.items()})
     cfg.check()
     return cfg, epsilon
 
 
 class LessorApp(ForwardingApp):
+    LOGIC = LessorLogic
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         polling, epsilon = load_settings(os.environ.get(SETTINGS_ENV))
-        self.lessor = self.logic = LessorLogic(self.view, polling, epsilon)
+        self.lessor = self.logic = self.LOGIC(self.view, polling, epsilon)
         self.logger.info("PMPT kernels ready in %.2f s", warm_up())
         self.state_file = os.environ.get(STATE_ENV)
         self.process = psutil.Process()

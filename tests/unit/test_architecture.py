@@ -14,7 +14,7 @@ PACKAGES = ["controller", "apps", "mininet_topos", "experiments", "hostagent", "
 # Adapters: the only modules allowed to touch os-ken/Ryu.
 ADAPTERS = {"controller/sdn.py", "controller/launcher.py", "controller/app_base.py",
             "apps/routing/app.py", "apps/routing/single_path.py", "apps/routing/ecmp.py",
-            "apps/lessor/app.py"}
+            "apps/lessor/app.py", "apps/lessor/hedera_app.py"}
 FRAMEWORK = ("os_ken", "ryu", "controller.sdn", "controller.app_base")
 
 

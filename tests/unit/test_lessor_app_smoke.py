@@ -70,3 +70,4 @@ def test_settings_are_validated():
         load_settings('{"lower": 0.9}')
     with pytest.raises(ValueError, match="JSON object"):
         load_settings('[1]')
+    assert load_settings(None)[0] is None and load_settings('{"epsilon": 0.1}') == (None, 0.1)

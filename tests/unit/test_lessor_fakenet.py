@@ -172,3 +172,33 @@ def test_failed_link_on_a_long_flow_path_falls_back_then_reroutes():
     new = logic.installed[key].path
     assert core not in new
     assert net.trace("h1", net.packet("h1", "h16", sport=1000)).path == new[1:-1]
+
+
+def test_hedera_places_elephants_first_fit_and_leaves_the_rest_on_ecmp():
+    from apps.lessor.hedera_logic import HederaLogic
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    logic = HederaLogic(view)
+    assert logic.polling.period_s == 5.0 and logic.polling.decide(cpu=0.0) == 5.0   # fixed period
+    net = FakeNetwork(view)
+    for sw in view.switches:
+        net.apply(sw, logic.switch_connected(sw))
+    _poll(logic, net, 0.0)
+    for t in (1.0, 2.0):
+        _send(net, PAIRS, packets=20)                                   # 1.44 Mb/s: elephants (>= 1 Mb/s)
+        _send(net, [("h7", "h8")], packets=15, sport=7000)              # h7, h8 share ToR e1_1: no fabric choice
+        _send(net, [("h10", "h3")], packets=5, sport=7001)              # 0.36 Mb/s: a mouse for Hedera
+        _poll(logic, net, t)
+    flows = logic.long_flows()
+    keys = {f.key for f in flows}
+    assert (view.ip("h10"), view.ip("h3"), 6, 7001, 80) not in keys         # below 10 % of the NIC
+    alloc = logic.allocate(flows)
+    assert alloc.placement == "global first fit"
+    for sw, msgs in logic.install(alloc, flows):
+        net.apply(sw, msgs)
+    assert net.errors() == {}
+    for src, dst in PAIRS:
+        key = (view.ip(src), view.ip(dst), 6, 1000, 80)
+        if key in logic.installed:
+            assert net.trace(src, net.packet(src, dst, sport=1000)).path == logic.installed[key].path[1:-1]
+    # GFF reserved the NIC-rate demand on every link it used
+    assert alloc.integral_lam >= 1.0
