@@ -105,8 +105,20 @@ class LessorLogic:
         return self.schedule.first_reply(now)
 
     def decide(self, now: float, cpu: float, rtt_s: float | None) -> float:
-        """Algorithm 1's decision; returns the time of the next poll."""
+        """Algorithm 1's decision; returns the time of the next poll. Flows
+        the ToRs stopped reporting (their counter idled out: the flow ended)
+        are forgotten first."""
+        self.expire(now)
         return self.schedule.decide(now, cpu, rtt_s)
+
+    def expire(self, now: float) -> list[FiveTuple]:
+        """Forget flows missing from the ToRs' replies for more than two
+        polling periods; their exact entries idle out on the switches."""
+        horizon = 2 * self.polling.period_s + 1.0
+        gone = [k for k, st in self.table.flows.items() if st.last_t is not None and now - st.last_t > horizon]
+        for key in gone:
+            self.flow_expired(key)
+        return gone
 
     # ---- PMPT ---------------------------------------------------------------------------
     def _nic(self, ip: str) -> float:

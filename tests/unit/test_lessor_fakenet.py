@@ -202,3 +202,24 @@ def test_hedera_places_elephants_first_fit_and_leaves_the_rest_on_ecmp():
             assert net.trace(src, net.packet(src, dst, sport=1000)).path == logic.installed[key].path[1:-1]
     # GFF reserved the NIC-rate demand on every link it used
     assert alloc.integral_lam >= 1.0
+
+
+def test_ended_flows_are_forgotten_once_their_counters_are_gone():
+    view, logic, net = _setup()
+    _steady_elephants(logic, net)
+    _allocate_and_install(logic, net)
+    key = (view.ip("h1"), view.ip("h16"), 6, 1000, 80)
+    assert key in logic.installed and key in logic.table.flows
+    # h1's counter idles out on the switch: the ToR stops reporting it
+    e00 = net.switches["e0_0"]
+    for k, entry in list(e00.entries.items()):
+        if entry.flow.table_id == 3 and entry.flow.match.as_dict().get("ipv4_src") == view.ip("h1"):
+            del e00.entries[k]
+    period = logic.polling.period_s
+    for t in (3.0, 3.0 + period, 3.0 + 2 * period, 3.0 + 3 * period + 1.5):
+        _send(net, [p for p in PAIRS if p[0] != "h1"], packets=20)
+        _poll(logic, net, t)
+        logic.decide(t, cpu=0.6, rtt_s=None)
+    assert key not in logic.installed and key not in logic.table.flows
+    assert all(f.key != key for f in logic.long_flows())
+    assert (view.ip("h2"), view.ip("h15"), 6, 1000, 80) in logic.table.flows   # still reported: kept
