@@ -11,7 +11,6 @@ deterministic: neighbours and paths come out sorted.
 from __future__ import annotations
 
 from collections import deque
-from itertools import product
 
 import networkx as nx
 
@@ -164,6 +163,3 @@ class NetworkView:
             out[layer] = max(out.get(layer, 0), ups)
         return out
 
-
-def host_pairs(view: NetworkView) -> list[tuple[str, str]]:
-    return [(a, b) for a, b in product(view.hosts, view.hosts) if a != b]

@@ -38,8 +38,5 @@ def run(name: str, option_items: list[str], out: Path) -> int:
     return 0
 
 
-def describe() -> list[str]:
-    return [f"{n}: {h}" for n, (_, _, h) in EXPERIMENTS.items()]
 
-
-__all__ = ["run", "describe", "EXPERIMENTS"]
+__all__ = ["run", "EXPERIMENTS"]

@@ -80,9 +80,7 @@ def test_long_flows_follow_their_allocated_paths_and_short_flows_never_packet_in
 
 def test_reroute_is_make_before_break():
     view, logic, net = _setup()
-    _poll(logic, net, 0.0)
-    _send(net, PAIRS, packets=20)
-    _poll(logic, net, 1.0)
+    _steady_elephants(logic, net)
     _allocate_and_install(logic, net)
     key = (view.ip("h1"), view.ip("h16"), 6, 1000, 80)
     old = logic.installed[key].path
@@ -113,9 +111,7 @@ def test_reroute_is_make_before_break():
 
 def test_reconnecting_switch_gets_its_long_flow_entries_back():
     view, logic, net = _setup()
-    _poll(logic, net, 0.0)
-    _send(net, PAIRS, packets=20)
-    _poll(logic, net, 1.0)
+    _steady_elephants(logic, net)
     _allocate_and_install(logic, net)
     key = (view.ip("h1"), view.ip("h16"), 6, 1000, 80)
     path = logic.installed[key].path
