@@ -74,7 +74,7 @@ def cmd_check_config(args) -> int:
 
 def cmd_experiment(args) -> int:
     from experiments import registry
-    return registry.run(args.name, args.option, Path(args.out))
+    return registry.run(args.name, args.option + args.options, Path(args.out))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("experiment", help="run an emulated experiment (default: the main job)")
     e.add_argument("name", nargs="?", default="main")
+    e.add_argument("options", nargs="*", metavar="KEY=VALUE", help="experiment options, e.g. loads=0.5,0.7")
     e.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="experiment option, e.g. duration=20")
+                   help="experiment option (same as a positional KEY=VALUE)")
     e.add_argument("--out", default="results", help="directory for JSON and PNG results")
     e.set_defaults(func=cmd_experiment)
     return p

@@ -2,6 +2,7 @@
 
     python -m experiments.flowgen server --port 7000 --out rx.json [--mptcp]
     python -m experiments.flowgen client --plan plan.json --t0 EPOCH --deadline S --out flows.jsonl
+    python -m experiments.flowgen storm --dst IP --rate N --duration S   (many one-packet UDP flows)
 
 A flow is one TCP (or MPTCP) connection: an 8-byte size header, then that
 many bytes; the server answers one byte when all have arrived, and the client
@@ -134,6 +135,26 @@ def client(plan_file: str, t0: float, deadline: float, out: str, mptcp: bool) ->
     os._exit(0)
 
 
+def storm(dst: str, rate: float, duration: float, port_base: int = 20000, ports: int = 40000) -> int:
+    """Many tiny UDP flows: one datagram to each of a rotating range of
+    destination ports, ``rate`` new 5-tuples per second (a flow-table and
+    polling load for the controller, not a bandwidth one). Returns the count."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sent, t0 = 0, time.monotonic()
+    while True:
+        now = time.monotonic() - t0
+        if now >= duration:
+            return sent
+        due = int(now * rate)
+        while sent < due:
+            try:
+                s.sendto(b"x", (dst, port_base + sent % ports))
+            except OSError:
+                pass  # ICMP unreachable reported on a later send: not our concern
+            sent += 1
+        time.sleep(0.002)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="flowgen")
     sub = p.add_subparsers(dest="mode", required=True)
@@ -147,8 +168,14 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--deadline", type=float, required=True, help="seconds after t0")
     c.add_argument("--out", required=True)
     c.add_argument("--mptcp", action="store_true")
+    st = sub.add_parser("storm")
+    st.add_argument("--dst", required=True)
+    st.add_argument("--rate", type=float, required=True, help="new UDP 5-tuples per second")
+    st.add_argument("--duration", type=float, required=True)
     args = p.parse_args(argv)
-    if args.mode == "server":
+    if args.mode == "storm":
+        print(storm(args.dst, args.rate, args.duration))
+    elif args.mode == "server":
         serve(args.port, args.out, args.mptcp)
     else:
         client(args.plan, args.t0, args.deadline, args.out, args.mptcp)

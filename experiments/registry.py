@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from experiments import routing_comparison
+from experiments import lessor_eval, routing_comparison
 from experiments.options import OptionError, parse_options
 
 EXPERIMENTS = {
@@ -15,7 +15,10 @@ EXPERIMENTS = {
     "fidelity": (routing_comparison, routing_comparison.FIDELITY,
                  "single_path stride-4/stride-8/permutation vs the max-min ideal"),
     "lessor-permutation": (routing_comparison, routing_comparison.LESSOR_PERMUTATION,
-                           "FatTree k=4 random permutation of long flows: single_path, ecmp, lessor"),
+                           "FatTree k=4 random permutation of long flows: single_path, ecmp, hedera, lessor"),
+    "lessor-fattree": (lessor_eval, {}, "FatTree k=4 web-search ON-OFF, loads 0.1-0.9 x 3 seeds: "
+                       "throughput, FCT, controller CPU and polling period vs load, 4 schemes"),
+    "lessor-vl2": (lessor_eval, lessor_eval.VL2, "the same on VL2 (d0=2, d1=4, d2=4; scaled speeds)"),
 }
 
 

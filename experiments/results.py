@@ -76,3 +76,18 @@ def write_json(path: Path, data: Any) -> None:
 
 def fmt(value: float | None, spec: str = ".2f", none: str = "n/a") -> str:
     return none if value is None else format(value, spec)
+
+
+def common_fct_stats(runs: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
+    """FCT statistics per scheme over the flows that *every* scheme completed
+    (same flow plan, matched by flow id). Means over each scheme's own
+    completions are biased: a scheme that leaves its largest flows unfinished
+    looks fast. Also reports each scheme's completed fraction."""
+    done = {app: {r["id"]: r["fct"] for r in recs if r.get("complete")} for app, recs in runs.items()}
+    common = set.intersection(*(set(d) for d in done.values())) if done else set()
+    out = {}
+    for app, recs in runs.items():
+        fcts = [done[app][i] for i in sorted(common)]
+        out[app] = {"common_flows": len(common), "mean_fct_s": mean(fcts), "p95_fct_s": percentile(fcts, 95),
+                    "completed_fraction": len(done[app]) / len(recs) if recs else None}
+    return out

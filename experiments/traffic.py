@@ -94,7 +94,8 @@ def run_workload(fab: Fabric, flows: list[FlowSpec], duration_s: float, workdir:
         clients[src] = fab.host(src).popen(py + ["client", "--plan", str(plan_file), "--t0", repr(t0),
                                                  "--deadline", str(deadline), "--out",
                                                  str(workdir / f"flows-{src}.jsonl")] + extra)
-    _wait(deadline + 1.0, progress)
+    # clients exit once all their flows are done: stop waiting then
+    _wait(deadline + 1.0, progress, until=lambda: all(p.poll() is not None for p in clients.values()))
     for proc in clients.values():
         try:
             proc.wait(timeout=15)
@@ -135,11 +136,11 @@ def window_bytes(slots: list[int], slot_s: float, slot0_s: float, window: tuple[
     return total
 
 
-def _wait(seconds: float, progress=None) -> None:
+def _wait(seconds: float, progress=None, until=None) -> None:
     end = time.monotonic() + seconds
     while True:
         left = end - time.monotonic()
-        if left <= 0:
+        if left <= 0 or (until is not None and until()):
             return
         step = min(0.5, left)
         time.sleep(step)

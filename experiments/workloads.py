@@ -8,6 +8,7 @@ data/fb_hadoop_cdf.txt: Facebook Hadoop, short-flow heavy).
 from __future__ import annotations
 
 import bisect
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,4 +101,63 @@ def open_loop_flows(hosts: list[str], cdf: SizeCdf, load: float, host_mbps: floa
         others = [h for h in hosts if h != src]
         for t in poisson_arrivals(rate, duration_s, rng):
             flows.append(FlowSpec(src, rng.choice(others), t, cdf.sample(rng)))
+    return sorted(flows, key=lambda f: (f.start_s, f.src))
+
+
+@dataclass(frozen=True)
+class OnOffModel:
+    """ON-OFF sources (LESSOR §5): each server alternates log-normal ON and
+    OFF periods and starts flows (Poisson) only while ON; the random
+    communication model: each server draws how many destinations it talks to
+    (uniform in 1..max_dests, all others by default) and which ones, and
+    sends each flow to one of them at random."""
+    on_mean_s: float = 2.0
+    off_mean_s: float = 2.0
+    sigma: float = 1.0          # of the underlying normal, both periods
+    max_dests: int | None = None
+
+    def check(self) -> None:
+        if self.on_mean_s <= 0 or self.off_mean_s < 0 or self.sigma < 0:
+            raise ValueError("on-off: on_mean_s must be > 0, off_mean_s and sigma >= 0")
+        if self.max_dests is not None and self.max_dests < 1:
+            raise ValueError(f"on-off: max_dests {self.max_dests} must be >= 1")
+
+    @property
+    def duty(self) -> float:
+        return self.on_mean_s / (self.on_mean_s + self.off_mean_s)
+
+    def period(self, mean_s: float, rng: random.Random) -> float:
+        if mean_s == 0:
+            return 0.0
+        mu = math.log(mean_s) - self.sigma ** 2 / 2  # so that E[period] = mean_s
+        return rng.lognormvariate(mu, self.sigma)
+
+
+def on_off_flows(hosts: list[str], cdf: SizeCdf, load: float, host_mbps: float, duration_s: float,
+                 seed: int, model: OnOffModel = OnOffModel()) -> list[FlowSpec]:
+    """Flows of ON-OFF sources whose long-run offered load is ``load`` of the
+    NIC rate: while ON, arrivals are Poisson at ``load / duty`` times the
+    rate that would fill ``load`` of the NIC, so bursts exceed the average.
+    Each source starts in ON with probability ``duty``, at a random phase."""
+    model.check()
+    if len(hosts) < 2:
+        raise ValueError("on-off: need at least two hosts")
+    rng = random.Random(seed)
+    rate_on = load * host_mbps * 1e6 / 8 / cdf.mean() / model.duty
+    limit = len(hosts) - 1 if model.max_dests is None else min(model.max_dests, len(hosts) - 1)
+    flows = []
+    for src in hosts:
+        others = [h for h in hosts if h != src]
+        dests = rng.sample(others, rng.randint(1, limit))
+        on = rng.random() < model.duty
+        length = model.period(model.on_mean_s if on else model.off_mean_s, rng)
+        t = -rng.random() * length  # the run starts somewhere inside the first period
+        while t < duration_s:
+            if on:
+                for a in poisson_arrivals(rate_on, length, rng):
+                    if 0 <= t + a < duration_s:
+                        flows.append(FlowSpec(src, rng.choice(dests), t + a, cdf.sample(rng)))
+            t += length
+            on = not on
+            length = model.period(model.on_mean_s if on else model.off_mean_s, rng)
     return sorted(flows, key=lambda f: (f.start_s, f.src))

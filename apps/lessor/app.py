@@ -63,6 +63,7 @@ class LessorApp(ForwardingApp):
         self.last_rtt: float | None = None
         self.cpu_log: list[tuple[float, float, float]] = []   # (t, cpu fraction, period)
         self.t0 = time.monotonic()
+        self.t0_wall = time.time()  # cpu_log times are seconds after this epoch
         self.decide_at: float | None = None
         self.poller = None
 
@@ -128,7 +129,7 @@ class LessorApp(ForwardingApp):
         if not self.state_file:
             return
         state = self.lessor.state()
-        state.update(packet_ins=self.packet_ins, cpu_log=self.cpu_log[-500:],
+        state.update(packet_ins=self.packet_ins, cpu_log=self.cpu_log[-500:], t0_wall=self.t0_wall,
                      switches=sorted(self.datapaths))
         tmp = Path(self.state_file + ".tmp")
         tmp.write_text(json.dumps(state))

@@ -46,3 +46,38 @@ def test_poisson_rate_and_open_loop_load():
     assert offered == pytest.approx(5.0, rel=0.2)
     assert all(f.src != f.dst for f in flows)
     assert flows == open_loop_flows(hosts, cdf, load=0.5, host_mbps=10, duration_s=200, seed=4)
+
+
+def test_on_off_load_bursts_and_destinations():
+    from collections import defaultdict
+    from experiments.workloads import OnOffModel, on_off_flows
+
+    hosts = [f"h{i}" for i in range(16)]
+    cdf = SizeCdf.load("websearch")
+    model = OnOffModel(on_mean_s=2.0, off_mean_s=2.0, sigma=1.0)
+    flows = on_off_flows(hosts, cdf, load=0.6, host_mbps=10, duration_s=2000, seed=5, model=model)
+    offered = sum(f.size for f in flows) * 8 / 2000 / 1e6 / len(hosts)
+    assert offered == pytest.approx(6.0, rel=0.15)           # long-run load as asked
+    assert flows == on_off_flows(hosts, cdf, 0.6, 10, 2000, 5, model)  # seeded
+    assert all(0 <= f.start_s < 2000 and f.src != f.dst for f in flows)
+    # random communication model: each source keeps to its own destination set, of varying size
+    dests = defaultdict(set)
+    for f in flows:
+        dests[f.src].add(f.dst)
+    assert len({len(d) for d in dests.values()}) > 3
+    # ON-OFF: arrivals come in bursts -- counts of one source in 4 s bins are
+    # more variable than the same load's Poisson arrivals (dispersion ~1)
+    def dispersion(fl):
+        counts = [0] * 500
+        for f in fl:
+            if f.src == "h3":
+                counts[int(f.start_s // 4)] += 1
+        mean = sum(counts) / len(counts)
+        return sum((c - mean) ** 2 for c in counts) / len(counts) / mean
+    poisson = open_loop_flows(hosts, cdf, load=0.6, host_mbps=10, duration_s=2000, seed=5)
+    assert dispersion(flows) > 1.3 * dispersion(poisson)
+    # one destination at most when asked
+    one = on_off_flows(hosts, cdf, 0.6, 10, 200, 5, OnOffModel(max_dests=1))
+    assert all(len({f.dst for f in one if f.src == h}) <= 1 for h in hosts)
+    with pytest.raises(ValueError, match="max_dests"):
+        on_off_flows(hosts, cdf, 0.6, 10, 200, 5, OnOffModel(max_dests=0))
