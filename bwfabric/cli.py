@@ -72,8 +72,18 @@ def cmd_check_config(args) -> int:
     return status
 
 
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
 def cmd_experiment(args) -> int:
+    import signal
+
     from experiments import registry
+    # SIGTERM (and SIGINT even when started in the background, where it is
+    # ignored) unwind like Ctrl-C: the fabric and the controller are torn down
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     return registry.run(args.name, args.option + args.options, Path(args.out))
 
 

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from experiments import lessor_eval, routing_comparison
+from experiments import lessor_dynamics, lessor_eval, routing_comparison
 from experiments.options import OptionError, parse_options
 
 EXPERIMENTS = {
@@ -19,6 +19,10 @@ EXPERIMENTS = {
     "lessor-fattree": (lessor_eval, {}, "FatTree k=4 web-search ON-OFF, loads 0.1-0.9 x 3 seeds: "
                        "throughput, FCT, controller CPU and polling period vs load, 4 schemes"),
     "lessor-vl2": (lessor_eval, lessor_eval.VL2, "the same on VL2 (d0=2, d1=4, d2=4; scaled speeds)"),
+    "lessor-failure": (lessor_dynamics, lessor_dynamics.FAILURE,
+                       "a fabric link fails under LESSOR's long flows: blackhole time vs polling period"),
+    "lessor-polling": (lessor_dynamics, lessor_dynamics.POLLING,
+                       "Algorithm 1: polling period and controller CPU over idle / flow storm / idle"),
 }
 
 

@@ -118,8 +118,10 @@ class LessorApp(ForwardingApp):
 
     def _reallocate(self):
         flows = self.lessor.long_flows()
-        if not flows:
+        if not self.lessor.allocation_needed(flows):
+            self.lessor.allocations_skipped += bool(flows)
             return
+        self.lessor.allocations += 1
         from eventlet import tpool  # a real OS thread: the event loop keeps running
         allocation = tpool.execute(self.lessor.allocate, flows)
         for sw, msgs in self.lessor.install(allocation, flows):

@@ -33,6 +33,7 @@ from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, PRIO_
 
 LONG_FLOW_IDLE_S = 10
 REROUTE_GAIN = 0.05
+DEMAND_BAND = 0.10  # demands moving less than this since the last allocation do not rerun PMPT
 FiveTuple = tuple[str, str, int, int, int]  # src ip, dst ip, proto, src port, dst port
 
 
@@ -55,6 +56,8 @@ class LessorLogic:
         self.installed: dict[FiveTuple, Installed] = {}
         self.last_allocation: Allocation | None = None
         self.reroutes = 0  # installed long flows moved to another path
+        self.allocations = self.allocations_skipped = 0
+        self._last_input: tuple[int, dict] | None = None  # (view version, demands) of the last allocation
         self.edges = [sw for sw in view.switches if view.graph.nodes[sw]["role"] == "edge"]
 
     # ---- switches ------------------------------------------------------------------
@@ -140,6 +143,21 @@ class LessorLogic:
             flows.append(LongFlow(st.key, st.src_tor, st.dst_tor, demand, self.table.remaining_bytes(st.key)))
         return flows
 
+    def allocation_needed(self, flows: list[LongFlow]) -> bool:
+        """False when the last allocation was made for the same long flows,
+        each demand within +-10 % of what it was then, on the same network
+        view, and every one of them is still installed: PMPT would only
+        reproduce it. Saves the controller's CPU between changes."""
+        if not flows:
+            return False
+        last = self._last_input
+        if last is None or last[0] != self.view.version:
+            return True
+        demands = last[1]
+        if set(demands) != {f.key for f in flows} or any(k not in self.installed for k in demands):
+            return True
+        return any(abs(f.demand - demands[f.key]) > DEMAND_BAND * demands[f.key] for f in flows)
+
     def allocate(self, flows: list[LongFlow]) -> Allocation:
         """The heavy part: run it off the event loop."""
         return pmpt(flows, self.paths, epsilon=self.epsilon)
@@ -147,6 +165,7 @@ class LessorLogic:
     def install(self, allocation: Allocation, flows: list[LongFlow]) -> list[tuple[str, list[ofmsg.Message]]]:
         """Messages per switch, in the order to send them (make-before-break)."""
         self.last_allocation = allocation
+        self._last_input = (self.view.version, {f.key: f.demand for f in flows})
         adds: list[tuple[str, list[ofmsg.Message]]] = []
         removals: list[tuple[str, list[ofmsg.Message]]] = []
         wanted = {}
@@ -243,6 +262,8 @@ class LessorLogic:
                            for s in self.table.long_flows()],
             "installed": {" ".join(map(str, k)): list(v.path) for k, v in sorted(self.installed.items())},
             "reroutes": self.reroutes,
+            "allocations": self.allocations,
+            "allocations_skipped": self.allocations_skipped,
             "lambda": None if alloc is None else alloc.lam,
             "lambda_one_path": None if alloc is None else alloc.integral_lam,
         }

@@ -219,3 +219,26 @@ def test_ended_flows_are_forgotten_once_their_counters_are_gone():
     assert key not in logic.installed and key not in logic.table.flows
     assert all(f.key != key for f in logic.long_flows())
     assert (view.ip("h2"), view.ip("h15"), 6, 1000, 80) in logic.table.flows   # still reported: kept
+
+
+def test_pmpt_is_skipped_while_its_input_is_unchanged():
+    view, logic, net = _setup()
+    _steady_elephants(logic, net)
+    flows = logic.long_flows()
+    assert logic.allocation_needed(flows)                    # nothing allocated yet
+    _allocate_and_install(logic, net)
+    _send(net, PAIRS, packets=20)                            # same elephants, same rates
+    _poll(logic, net, 3.0)
+    assert not logic.allocation_needed(logic.long_flows())
+    _send(net, PAIRS + [("h4", "h13")], packets=20)          # a new long flow appears
+    _poll(logic, net, 4.0)
+    assert logic.allocation_needed(logic.long_flows())
+    _allocate_and_install(logic, net)
+    _send(net, PAIRS + [("h4", "h13")], packets=20)
+    _poll(logic, net, 5.0)
+    assert not logic.allocation_needed(logic.long_flows())
+    core_link = next((a, b) for a, b in zip(logic.installed[next(iter(logic.installed))].path[2:],
+                                             logic.installed[next(iter(logic.installed))].path[3:]))
+    logic.link_changed(core_link[0], view.port(*core_link), False)   # the view changed
+    assert logic.allocation_needed(logic.long_flows())
+    assert not logic.allocation_needed([])                   # no long flows: nothing to do
