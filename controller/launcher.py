@@ -17,6 +17,7 @@ APPS = {
     "ecmp": "apps.routing.ecmp",
     "lessor": "apps.lessor.app",
     "hedera": "apps.lessor.hedera_app",
+    "prio_queues": "apps.prio_queues.app",
 }
 ROUTING_APPS = {"single_path", "ecmp", "lessor", "hedera"}  # each installs the forwarding defaults
 

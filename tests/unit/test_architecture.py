@@ -6,6 +6,7 @@ import inspect
 from pathlib import Path
 
 import apps.lessor.app as lessor_app
+import apps.prio_queues.app as prio_app
 import apps.routing.app as routing_app
 import controller.app_base as app_base
 
@@ -14,7 +15,7 @@ PACKAGES = ["controller", "apps", "mininet_topos", "experiments", "hostagent", "
 # Adapters: the only modules allowed to touch os-ken/Ryu.
 ADAPTERS = {"controller/sdn.py", "controller/launcher.py", "controller/app_base.py",
             "apps/routing/app.py", "apps/routing/single_path.py", "apps/routing/ecmp.py",
-            "apps/lessor/app.py", "apps/lessor/hedera_app.py"}
+            "apps/lessor/app.py", "apps/lessor/hedera_app.py", "apps/prio_queues/app.py"}
 FRAMEWORK = ("os_ken", "ryu", "controller.sdn", "controller.app_base")
 
 
@@ -42,7 +43,7 @@ def test_no_algorithm_module_imports_the_framework():
 
 def test_event_handlers_are_thin():
     checked = 0
-    for module in (routing_app, app_base, lessor_app):
+    for module in (routing_app, app_base, lessor_app, prio_app):
         for _, cls in inspect.getmembers(module, inspect.isclass):
             for name, fn in inspect.getmembers(cls, inspect.isfunction):
                 if hasattr(fn, "callers"):  # decorated with set_ev_cls

@@ -1,0 +1,148 @@
+"""The controller <-> host agent channel: authenticated, replay-protected
+messages (pure; the socket transport is in :mod:`hostagent.transport`).
+
+Every message is one JSON object::
+
+    {"v": 1, "host": "h1", "seq": 1763791234567890123, "ts": 1763791234.56,
+     "type": "config", "body": {...}, "mac": "<hex HMAC-SHA256>"}
+
+- ``mac`` is HMAC-SHA256 under the host's key over the canonical JSON
+  (sorted keys, no spaces) of every other field. Each host has its own key,
+  derived from the controller's master secret as HMAC(master, "bwfabric
+  agent key " + host): the controller needs one secret, a host holds only
+  its own key, and a host's key does not open any other host's channel.
+- Replay: ``seq`` must be strictly greater than the last one accepted from
+  that direction (the sender uses ``max(time_ns, last + 1)``, so restarts
+  keep it increasing), and ``ts`` within ``max_skew_s`` of the receiver's
+  clock. A receiver persists its last accepted ``seq`` (see
+  :class:`ReplayGuard`), so a captured message cannot be replayed after the
+  agent restarts either.
+- Anything wrong -- not JSON, missing fields, wrong host, bad MAC, old seq,
+  stale ts -- raises :class:`ChannelError` naming the problem; nothing in the
+  message is acted on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VERSION = 1
+KEY_LABEL = b"bwfabric agent key "
+FIELDS = ("v", "host", "seq", "ts", "type", "body")
+DEFAULT_MAX_SKEW_S = 30.0
+
+
+class ChannelError(ValueError):
+    pass
+
+
+def host_key(master: bytes, host: str) -> bytes:
+    if len(master) < 16:
+        raise ChannelError("the master secret must be at least 16 bytes")
+    return hmac.new(master, KEY_LABEL + host.encode(), hashlib.sha256).digest()
+
+
+def load_secret(path: str | Path) -> bytes:
+    """A key file: hex text (as written by ``bwfabric keys``)."""
+    text = Path(path).read_text().strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise ChannelError(f"{path}: not a hex key") from None
+    if len(key) < 16:
+        raise ChannelError(f"{path}: key too short ({len(key)} bytes, need >= 16)")
+    return key
+
+
+def _canonical(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _mac(key: bytes, fields: dict[str, Any]) -> str:
+    return hmac.new(key, _canonical(fields), hashlib.sha256).hexdigest()
+
+
+@dataclass
+class Sender:
+    """Signs messages for one host's channel, with increasing seq."""
+    key: bytes
+    host: str
+    last_seq: int = 0
+    clock: Any = time.time
+    clock_ns: Any = time.time_ns
+
+    def seal(self, msg_type: str, body: dict[str, Any]) -> bytes:
+        self.last_seq = max(self.clock_ns(), self.last_seq + 1)
+        fields = {"v": VERSION, "host": self.host, "seq": self.last_seq, "ts": self.clock(),
+                  "type": msg_type, "body": body}
+        return _canonical({**fields, "mac": _mac(self.key, fields)})
+
+
+@dataclass
+class ReplayGuard:
+    """The last accepted seq, optionally persisted to ``state_file``."""
+    state_file: Path | None = None
+    last_seq: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        if self.state_file is not None and Path(self.state_file).exists():
+            try:
+                self.last_seq = int(Path(self.state_file).read_text().strip() or 0)
+            except ValueError:
+                raise ChannelError(f"{self.state_file}: corrupt replay state") from None
+
+    def accept(self, seq: int) -> None:
+        if seq <= self.last_seq:
+            raise ChannelError(f"replayed or reordered message: seq {seq} <= last accepted {self.last_seq}")
+        self.last_seq = seq
+        if self.state_file is not None:
+            tmp = Path(f"{self.state_file}.tmp")
+            tmp.write_text(str(seq))
+            os.replace(tmp, self.state_file)
+
+
+@dataclass
+class Receiver:
+    key: bytes
+    host: str
+    guard: ReplayGuard = field(default_factory=ReplayGuard)
+    max_skew_s: float = DEFAULT_MAX_SKEW_S
+    clock: Any = time.time
+
+    def open(self, raw: bytes) -> tuple[str, dict[str, Any]]:
+        """Verify and return (type, body), or raise ChannelError."""
+        try:
+            msg = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise ChannelError("not a JSON message") from None
+        if not isinstance(msg, dict):
+            raise ChannelError("message must be a JSON object")
+        missing = [f for f in (*FIELDS, "mac") if f not in msg]
+        if missing:
+            raise ChannelError(f"message lacks {', '.join(missing)}")
+        extra = sorted(set(msg) - set(FIELDS) - {"mac"})
+        if extra:
+            raise ChannelError(f"unknown message fields {extra}")
+        fields = {f: msg[f] for f in FIELDS}
+        if not isinstance(msg["mac"], str) or not hmac.compare_digest(msg["mac"], _mac(self.key, fields)):
+            raise ChannelError("bad MAC: forged, corrupted, or signed with another host's key")
+        if msg["v"] != VERSION:
+            raise ChannelError(f"protocol version {msg['v']} not supported (this agent speaks {VERSION})")
+        if msg["host"] != self.host:
+            raise ChannelError(f"message for host {msg['host']!r}, this is {self.host!r}")
+        if not isinstance(msg["seq"], int) or not isinstance(msg["ts"], (int, float)):
+            raise ChannelError("seq must be an integer and ts a number")
+        if not isinstance(msg["type"], str) or not isinstance(msg["body"], dict):
+            raise ChannelError("type must be a string and body an object")
+        skew = abs(self.clock() - msg["ts"])
+        if skew > self.max_skew_s:
+            raise ChannelError(f"stale or future message: clock skew {skew:.1f} s > {self.max_skew_s:g} s")
+        self.guard.accept(msg["seq"])  # last: only an authentic, fresh message advances the guard
+        return msg["type"], msg["body"]

@@ -1,0 +1,49 @@
+"""BG/WC classification on the fake network, composed with a routing app:
+each ToS reaches the right queue at every hop; unknown ToS is rewritten to
+WC at the first switch; forwarding is untouched."""
+
+import pytest
+
+from apps.prio_queues.logic import DSCP_BG, DSCP_WC, QUEUE_BG, QUEUE_WC, PrioQueuesLogic
+from apps.routing.logic import DestinationRouting
+from controller.fakenet import FakeNetwork
+from controller.network_view import NetworkView
+from mininet_topos import builders
+
+
+@pytest.fixture(params=["ecmp", "lessor"])
+def net(request):
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    routing = DestinationRouting(view, multipath=True, accounting=request.param == "lessor")
+    prio = PrioQueuesLogic()
+    fake = FakeNetwork(view)
+    for sw in view.switches:
+        # either order: the two apps own different cookies and tables
+        fake.apply(sw, prio.switch_connected(sw))
+        fake.apply(sw, routing.switch_connected(sw))
+        fake.apply(sw, prio.switch_connected(sw))   # a reconnect replaces, never duplicates
+    assert fake.errors() == {}
+    return fake
+
+
+@pytest.mark.parametrize("proto", ["tcp", "udp"])
+def test_bg_and_wc_tos_go_to_their_queues_at_every_hop(net, proto):
+    for dscp, queue in ((DSCP_BG, QUEUE_BG), (DSCP_WC, QUEUE_WC)):
+        trace = net.trace("h1", net.packet("h1", "h16", proto=proto, dscp=dscp))
+        assert trace.delivered_to == "h16" and len(trace.hops) == 5
+        assert [h.queue_id for h in trace.hops] == [queue] * 5
+        assert all(h.pkt["ip_dscp"] == dscp for h in trace.hops)
+
+
+@pytest.mark.parametrize("dscp", [46, 10, 1, 63, 9, 7])   # EF, AF11, odd values next to 0x20
+def test_unknown_tos_is_rewritten_to_wc_at_the_first_switch(net, dscp):
+    trace = net.trace("h2", net.packet("h2", "h9", dscp=dscp))
+    assert trace.delivered_to == "h9"
+    assert trace.hops[0].pkt["ip_dscp"] == DSCP_WC                 # first switch rewrote it
+    assert [h.queue_id for h in trace.hops] == [QUEUE_WC] * len(trace.hops)
+
+
+def test_non_ip_is_forwarded_on_the_default_queue(net):
+    trace = net.trace("h1", net.packet("h1", "h16", proto="arp"))
+    assert trace.delivered_to == "h16" and all(h.queue_id in (None, QUEUE_BG) for h in trace.hops)
+    assert net.packet_ins == []
