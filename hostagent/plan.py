@@ -1,0 +1,276 @@
+"""What the host agent does, planned as data (pure): a host's BG/WC
+configuration -> the sysctl, MPTCP, nftables, tc and BPF-map changes that
+put it in force, and the ones that take them away. A thin executor
+(:mod:`hostagent.executor`) applies a plan; applying one twice changes
+nothing the second time.
+
+The host's shape, per the paper:
+- every TCP connection is MPTCP: its first subflow is BG, ``wc_subflows``
+  more (MP_JOIN) subflows are WC. The joins go to this host's "signal"
+  endpoints, one port each (upstream Linux has no ndiffports);
+- nftables marks conntrack entries created by an MP_JOIN SYN and sets ToS
+  0x20 (DSCP CS1) on them; everything else leaving the host -- BG subflows,
+  UDP, all IP -- gets ToS 0x00 (CS0), so a host can't smuggle traffic into
+  a class by its own marking (the switches enforce the same);
+- HTB on the interface: ToS 0x00 (BG TCP and UDP) limited to the guarantee
+  B_g (hose model) -- or per destination (pipe model: LRC's per-VM-pair
+  rates) -- WC unlimited up to the NIC;
+- the WC congestion control reads A_l for this VM from a BPF map keyed by
+  the VM's IPv4 address (all Mininet hosts share one kernel);
+- tcp_rmem's ceiling (per network namespace) holds Eq. 1's buffer.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
+                              receive_buffer_bytes)
+
+NFT_TABLE = "bwfabric"
+CT_MARK_WC = 0x20
+TOS_BG, TOS_WC = 0x00, 0x20
+TC_HANDLE = "1:"
+CLASS_ROOT, CLASS_BG, CLASS_WC = "1:1", "1:10", "1:20"
+PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + i> per destination
+ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
+BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
+WC_CC = "bwf_wc"                 # the struct_ops congestion control of WC subflows
+BG_CC = "reno"
+
+
+class PlanError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    host: str
+    interface: str
+    address: str
+    nic_mbps: float
+    guarantee_mbps: float
+    wc_subflows: int = 1
+    join_port_base: int = 10100
+    policy: str = "guarantee"
+    unit_mbps: float = PAPER_UNIT_MBPS
+    competition: float | None = None
+    beta: float = DEFAULT_BETA
+    pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
+
+    FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
+              "policy", "unit_mbps", "competition", "beta", "pair_limits_mbps")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "HostConfig":
+        """Validate a configuration message body; every problem is named."""
+        if not isinstance(data, dict):
+            raise PlanError("host configuration must be an object")
+        unknown = sorted(set(data) - set(cls.FIELDS))
+        if unknown:
+            raise PlanError(f"unknown configuration keys {unknown}; valid: {', '.join(cls.FIELDS)}")
+        missing = [k for k in ("host", "interface", "address", "nic_mbps", "guarantee_mbps") if k not in data]
+        if missing:
+            raise PlanError(f"configuration lacks {', '.join(missing)}")
+        try:
+            cfg = cls(**{**data, "pair_limits_mbps": dict(data.get("pair_limits_mbps") or {})})
+        except TypeError as exc:
+            raise PlanError(f"configuration: {exc}") from None
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        problems = []
+        for name in ("host", "interface"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                problems.append(f"{name} must be a non-empty string")
+        try:
+            ipaddress.IPv4Address(self.address)
+        except (ValueError, TypeError):
+            problems.append(f"address {self.address!r} is not an IPv4 address")
+        if not _num(self.nic_mbps) or self.nic_mbps <= 0:
+            problems.append(f"nic_mbps {self.nic_mbps!r} must be a positive number")
+        if not _num(self.guarantee_mbps) or self.guarantee_mbps < 0 or (
+                _num(self.nic_mbps) and self.guarantee_mbps > self.nic_mbps):
+            problems.append(f"guarantee_mbps {self.guarantee_mbps!r} must be within 0..nic_mbps")
+        if not isinstance(self.wc_subflows, int) or not 0 <= self.wc_subflows <= 8:
+            problems.append(f"wc_subflows {self.wc_subflows!r} must be an integer 0..8")
+        if not isinstance(self.join_port_base, int) or not 1024 <= self.join_port_base <= 65000:
+            problems.append(f"join_port_base {self.join_port_base!r} must be an integer 1024..65000")
+        if self.policy not in POLICIES:
+            problems.append(f"policy {self.policy!r} must be one of {', '.join(POLICIES)}")
+        elif self.policy == "explicit" and (not _num(self.competition) or self.competition < 0):
+            problems.append("policy 'explicit' needs competition >= 0")
+        if not _num(self.unit_mbps) or self.unit_mbps <= 0:
+            problems.append(f"unit_mbps {self.unit_mbps!r} must be positive")
+        if not _num(self.beta) or self.beta <= 0:
+            problems.append(f"beta {self.beta!r} must be positive")
+        for dst, mbps in self.pair_limits_mbps.items():
+            try:
+                ipaddress.IPv4Address(dst)
+            except ValueError:
+                problems.append(f"pair_limits_mbps: {dst!r} is not an IPv4 address")
+            if not _num(mbps) or mbps <= 0 or (_num(self.nic_mbps) and mbps > self.nic_mbps):
+                problems.append(f"pair_limits_mbps[{dst}] {mbps!r} must be within (0, nic_mbps]")
+        if problems:
+            raise PlanError(f"host {self.host}: " + "; ".join(problems))
+
+    @property
+    def a_l(self) -> float:
+        return competition_level(self.policy, self.guarantee_mbps, self.unit_mbps, self.competition)
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# ---- steps ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sysctl:
+    key: str       # e.g. net.mptcp.enabled
+    value: str
+
+
+@dataclass(frozen=True)
+class MptcpLimits:
+    subflows: int
+    add_addr_accepted: int
+
+
+@dataclass(frozen=True)
+class MptcpEndpoint:
+    id: int
+    address: str
+    dev: str
+    port: int
+    flags: str = "signal"
+
+
+@dataclass(frozen=True)
+class NftTable:
+    name: str
+    text: str      # the whole table; applied atomically, replacing any earlier version
+
+
+@dataclass(frozen=True)
+class TcQdisc:
+    dev: str
+    handle: str
+    default_class: str
+
+
+@dataclass(frozen=True)
+class TcClass:
+    dev: str
+    classid: str
+    parent: str
+    rate_bps: int
+    ceil_bps: int
+    prio: int
+
+
+@dataclass(frozen=True)
+class TcFilter:
+    """u32 on the IPv4 header: (value, mask) on the TOS byte, optionally on
+    the destination address; lower ``pref`` is tried first."""
+    dev: str
+    pref: int
+    tos: tuple[int, int]
+    target: str
+    dst: str | None = None
+
+
+@dataclass(frozen=True)
+class BpfMapSet:
+    map: str
+    key_ipv4: str
+    value: int
+
+
+Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcFilter | BpfMapSet
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: tuple[Step, ...]
+
+    def of(self, kind: type) -> list:
+        return [s for s in self.steps if isinstance(s, kind)]
+
+
+# ---- planners ---------------------------------------------------------------------------------
+def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl]:
+    """MPTCP on; BG subflows' default congestion control; Eq. 1's buffer as
+    tcp_rmem's ceiling (autotuning grows up to it). Without live RTTs yet,
+    the buffer is planned for 1 ms RTT at the NIC rate."""
+    buf = rcvbuf_bytes if rcvbuf_bytes is not None else receive_buffer_bytes(1e-3, cfg.nic_mbps * 1e6, cfg.beta)
+    return [Sysctl("net.mptcp.enabled", "1"),
+            Sysctl("net.ipv4.tcp_congestion_control", BG_CC),
+            Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}")]
+
+
+def mptcp_plan(cfg: HostConfig) -> list[MptcpLimits | MptcpEndpoint]:
+    n = cfg.wc_subflows
+    steps: list[MptcpLimits | MptcpEndpoint] = [MptcpLimits(subflows=n, add_addr_accepted=n)]
+    steps += [MptcpEndpoint(ENDPOINT_ID_BASE + i, cfg.address, cfg.interface, cfg.join_port_base + i)
+              for i in range(1, n + 1)]
+    return steps
+
+
+def nft_plan(cfg: HostConfig) -> NftTable:
+    """Join subflows marked in conntrack (both directions: our SYN out, the
+    peer's SYN in), then every IPv4 packet out gets exactly one of the two
+    ToS values."""
+    join = f"tcp flags syn tcp option mptcp subtype 1 ct mark set {CT_MARK_WC:#x}"
+    text = "\n".join([
+        f"table ip {NFT_TABLE} {{",
+        "  chain pre {",
+        "    type filter hook prerouting priority mangle; policy accept;",
+        f"    {join}",
+        "  }",
+        "  chain out {",
+        "    type route hook output priority mangle; policy accept;",
+        f"    {join}",
+        f"    ct mark {CT_MARK_WC:#x} ip dscp set cs1",
+        f"    ct mark != {CT_MARK_WC:#x} ip dscp set cs0",
+        "  }",
+        "}",
+    ])
+    return NftTable(NFT_TABLE, text)
+
+
+def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcFilter]:
+    """HTB: BG (ToS 0x00) at the guarantee -- or per destination, pipe
+    model -- and WC (everything else, non-IP included) up to the NIC rate."""
+    nic = int(cfg.nic_mbps * 1e6)
+    bg = int(cfg.guarantee_mbps * 1e6)
+    dev = cfg.interface
+    wc_rate = max(nic - bg, nic // 100)
+    steps: list[TcQdisc | TcClass | TcFilter] = [
+        TcQdisc(dev, TC_HANDLE, CLASS_WC),
+        TcClass(dev, CLASS_ROOT, TC_HANDLE, nic, nic, 0),
+        TcClass(dev, CLASS_WC, CLASS_ROOT, wc_rate, nic, 1),
+    ]
+    bg_mask = (TOS_BG, 0xFC)
+    if cfg.pair_limits_mbps:
+        for i, (dst, mbps) in enumerate(sorted(cfg.pair_limits_mbps.items())):
+            classid = f"1:{PAIR_CLASS_BASE + i:x}"
+            rate = int(mbps * 1e6)
+            steps.append(TcClass(dev, classid, CLASS_ROOT, rate, rate, 0))
+            steps.append(TcFilter(dev, 10 + i, bg_mask, classid, dst=dst))
+    # the hose limit: all BG of this VM (and BG to unlisted destinations in the pipe model)
+    steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, max(bg, 8000), max(bg, 8000), 0))
+    steps.append(TcFilter(dev, 1000, bg_mask, CLASS_BG))
+    return steps
+
+
+def bpf_plan(cfg: HostConfig) -> list[BpfMapSet]:
+    return [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l))]
+
+
+def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> Plan:
+    cfg.check()
+    return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg), *tc_plan(cfg),
+                       *bpf_plan(cfg)]))

@@ -1,0 +1,100 @@
+"""Host agent planners and the paper's host-side formulas."""
+
+import pytest
+
+from hostagent import plan as P
+from hostagent.policy import (ALPHA_SCALE, PolicyError, competition_level, receive_buffer_bytes,
+                              wc_increase_factor)
+
+
+def _cfg(**kw):
+    base = dict(host="s1", interface="s1-eth0", address="10.0.0.1", nic_mbps=100, guarantee_mbps=35)
+    return P.HostConfig.from_dict({**base, **kw})
+
+
+def test_eq7_wc_subflows_of_a_vm_sum_to_a_l_reno_flows():
+    # AIMD rate grows as sqrt(alpha): K subflows at alpha = A^2/K^2 sum to A Reno flows
+    for a_l in (0.5, 1.0, 4 / 3):
+        for k in (1, 2, 3, 5):
+            alpha = wc_increase_factor(a_l, k)
+            assert k * alpha ** 0.5 == pytest.approx(a_l)
+    assert wc_increase_factor(1.0, 1) == 1.0 and wc_increase_factor(1.0, 2) == 0.25
+    with pytest.raises(PolicyError, match="K"):
+        wc_increase_factor(1.0, 0)
+
+
+def test_competition_levels_by_policy():
+    assert competition_level("guarantee", 35, unit_mbps=7.5) == pytest.approx(35 / 7.5)
+    assert competition_level("equal", 35) == 1.0
+    assert competition_level("explicit", 35, explicit=0) == 0.0
+    with pytest.raises(PolicyError, match="unknown fairness policy"):
+        competition_level("fair", 35)
+    with pytest.raises(PolicyError, match="explicit"):
+        competition_level("explicit", 35)
+
+
+def test_eq1_receive_buffer():
+    # beta 3, 2 ms max RTT, 100 Mb/s in total: 3 * 0.002 * 100e6 / 8 = 75 000 B -> the floor
+    assert receive_buffer_bytes(0.002, 100e6) == 128 * 1024
+    assert receive_buffer_bytes(0.020, 1e9) == int(3 * 0.020 * 1e9 / 8)
+    assert receive_buffer_bytes(0.020, 1e9, beta=4) == int(4 * 0.020 * 1e9 / 8)
+    assert receive_buffer_bytes(10.0, 1e10) == 64 * 1024 * 1024          # capped
+    with pytest.raises(PolicyError):
+        receive_buffer_bytes(0.01, 1e6, beta=0)
+
+
+def test_config_errors_name_every_problem():
+    with pytest.raises(P.PlanError) as exc:
+        _cfg(guarantee_mbps=150, wc_subflows=-1, address="10.0.0", policy="x", pair_limits_mbps={"h2": 5})
+    msg = str(exc.value)
+    for part in ("guarantee_mbps 150", "wc_subflows -1", "address '10.0.0'", "policy 'x'", "'h2'"):
+        assert part in msg
+    with pytest.raises(P.PlanError, match="unknown configuration keys"):
+        _cfg(rate=5)
+    with pytest.raises(P.PlanError, match="lacks guarantee_mbps"):
+        P.HostConfig.from_dict(dict(host="s1", interface="e", address="10.0.0.1", nic_mbps=10))
+
+
+def test_tc_plan_limits_bg_to_the_guarantee_and_leaves_wc_to_the_nic():
+    steps = P.tc_plan(_cfg())
+    qdisc = [s for s in steps if isinstance(s, P.TcQdisc)]
+    classes = {s.classid: s for s in steps if isinstance(s, P.TcClass)}
+    filters = [s for s in steps if isinstance(s, P.TcFilter)]
+    assert qdisc == [P.TcQdisc("s1-eth0", "1:", P.CLASS_WC)]          # unmatched -> WC
+    assert classes[P.CLASS_BG].rate_bps == classes[P.CLASS_BG].ceil_bps == 35_000_000
+    assert classes[P.CLASS_WC].ceil_bps == 100_000_000 and classes[P.CLASS_WC].prio > classes[P.CLASS_BG].prio
+    assert filters == [P.TcFilter("s1-eth0", 1000, (0x00, 0xFC), P.CLASS_BG)]
+    # every class hangs under the root at the NIC rate; the root under the qdisc
+    assert all(c.parent == P.CLASS_ROOT for k, c in classes.items() if k != P.CLASS_ROOT)
+
+
+def test_tc_plan_pipe_model_adds_per_destination_bg_classes_tried_first():
+    steps = P.tc_plan(_cfg(pair_limits_mbps={"10.0.0.6": 20, "10.0.0.5": 10}))
+    filters = sorted((s for s in steps if isinstance(s, P.TcFilter)), key=lambda f: f.pref)
+    assert [(f.dst, f.target) for f in filters] == [("10.0.0.5", "1:100"), ("10.0.0.6", "1:101"),
+                                                    (None, P.CLASS_BG)]
+    rates = {s.classid: s.rate_bps for s in steps if isinstance(s, P.TcClass)}
+    assert rates["1:100"] == 10_000_000 and rates["1:101"] == 20_000_000
+
+
+def test_nft_plan_marks_joins_wc_and_everything_else_bg():
+    table = P.nft_plan(_cfg())
+    lines = [ln.strip() for ln in table.text.splitlines()]
+    join = "tcp flags syn tcp option mptcp subtype 1 ct mark set 0x20"
+    assert lines.count(join) == 2                                    # our SYNs out, the peer's in
+    assert "ct mark 0x20 ip dscp set cs1" in lines and "ct mark != 0x20 ip dscp set cs0" in lines
+    assert lines.index("ct mark 0x20 ip dscp set cs1") > lines.index(join)
+    assert "type filter hook prerouting priority mangle; policy accept;" in lines
+
+
+def test_mptcp_sysctl_and_bpf_plans():
+    cfg = _cfg(wc_subflows=2, unit_mbps=7.5)
+    mp = P.mptcp_plan(cfg)
+    assert mp[0] == P.MptcpLimits(2, 2)
+    assert [(e.id, e.port, e.flags) for e in mp[1:]] == [(101, 10101, "signal"), (102, 10102, "signal")]
+    assert P.mptcp_plan(_cfg(wc_subflows=0)) == [P.MptcpLimits(0, 0)]
+    sysctls = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=500000)}
+    assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"].split()[2] == "500000"
+    assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE))]
+    whole = P.host_plan(cfg)
+    assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
