@@ -11,6 +11,9 @@ Every message is one JSON object::
   derived from the controller's master secret as HMAC(master, "bwfabric
   agent key " + host): the controller needs one secret, a host holds only
   its own key, and a host's key does not open any other host's channel.
+- Direction: each direction signs with its own subkey (controller->agent
+  ``c2a``, agent->controller ``a2c``), so an agent's reply can never be
+  reflected back to it as a command.
 - Replay: ``seq`` must be strictly greater than the last one accepted from
   that direction (the sender uses ``max(time_ns, last + 1)``, so restarts
   keep it increasing), and ``ts`` within ``max_skew_s`` of the receiver's
@@ -61,6 +64,15 @@ def load_secret(path: str | Path) -> bytes:
     return key
 
 
+DIRECTIONS = ("c2a", "a2c")
+
+
+def direction_key(key: bytes, direction: str) -> bytes:
+    if direction not in DIRECTIONS:
+        raise ChannelError(f"direction {direction!r} must be one of {DIRECTIONS}")
+    return hmac.new(key, b"bwfabric direction " + direction.encode(), hashlib.sha256).digest()
+
+
 def _canonical(fields: dict[str, Any]) -> bytes:
     return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
@@ -74,6 +86,7 @@ class Sender:
     """Signs messages for one host's channel, with increasing seq."""
     key: bytes
     host: str
+    direction: str = "c2a"
     last_seq: int = 0
     clock: Any = time.time
     clock_ns: Any = time.time_ns
@@ -82,7 +95,7 @@ class Sender:
         self.last_seq = max(self.clock_ns(), self.last_seq + 1)
         fields = {"v": VERSION, "host": self.host, "seq": self.last_seq, "ts": self.clock(),
                   "type": msg_type, "body": body}
-        return _canonical({**fields, "mac": _mac(self.key, fields)})
+        return _canonical({**fields, "mac": _mac(direction_key(self.key, self.direction), fields)})
 
 
 @dataclass
@@ -113,6 +126,7 @@ class Receiver:
     key: bytes
     host: str
     guard: ReplayGuard = field(default_factory=ReplayGuard)
+    direction: str = "c2a"
     max_skew_s: float = DEFAULT_MAX_SKEW_S
     clock: Any = time.time
 
@@ -131,7 +145,8 @@ class Receiver:
         if extra:
             raise ChannelError(f"unknown message fields {extra}")
         fields = {f: msg[f] for f in FIELDS}
-        if not isinstance(msg["mac"], str) or not hmac.compare_digest(msg["mac"], _mac(self.key, fields)):
+        if not isinstance(msg["mac"], str) or not hmac.compare_digest(
+                msg["mac"], _mac(direction_key(self.key, self.direction), fields)):
             raise ChannelError("bad MAC: forged, corrupted, or signed with another host's key")
         if msg["v"] != VERSION:
             raise ChannelError(f"protocol version {msg['v']} not supported (this agent speaks {VERSION})")

@@ -62,3 +62,13 @@ def test_keys_differ_per_host_and_short_secrets_are_refused():
     assert host_key(MASTER, "h1") != host_key(MASTER, "h2")
     with pytest.raises(ChannelError, match="at least 16"):
         host_key(b"short", "h1")
+
+
+def test_a_reply_cannot_be_reflected_back_as_a_command():
+    key = host_key(MASTER, "h1")
+    agent_reply = Sender(key, "h1", direction="a2c", clock=lambda: 1000.0).seal("config", {"x": 1})
+    agent_inbox = Receiver(key, "h1", clock=lambda: 1000.0)               # expects c2a
+    with pytest.raises(ChannelError, match="bad MAC"):
+        agent_inbox.open(agent_reply)
+    controller_inbox = Receiver(key, "h1", direction="a2c", clock=lambda: 1000.0)
+    assert controller_inbox.open(agent_reply) == ("config", {"x": 1})
