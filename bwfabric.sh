@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
 
 APT_PACKAGES=(openvswitch-switch openvswitch-common mininet iperf3 python3-venv python3-pip
-              ethtool iproute2 iputils-ping procps psmisc tcpdump nftables)
+              ethtool iproute2 iputils-ping procps psmisc tcpdump nftables
+              clang bpftool libbpf-dev mptcpd)
 
 setup() {
     if [ "$(id -u)" != 0 ]; then

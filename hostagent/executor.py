@@ -31,7 +31,7 @@ from pathlib import Path
 from hostagent import plan as P
 
 PROC_SYS = Path("/proc/sys")
-BPF_PIN_DIR = Path("/sys/fs/bpf/bwfabric")
+BPF_PIN_DIR = Path("/sys/fs/bpf")  # libbpf pins the CC's maps here by name
 
 
 class ExecError(RuntimeError):
@@ -238,7 +238,7 @@ class Executor:
         pin = BPF_PIN_DIR / step.map
         if not pin.exists():
             raise ExecError(f"BPF map {pin} not found: the WC congestion control is not loaded "
-                            "(bwfabric agent loads it with --load-cc, once per machine)")
+                            "(hostagent.cc.load(), once per machine: `bwfabric agent --load-cc`)")
         key = " ".join(str(b) for b in ipaddress.IPv4Address(step.key_ipv4).packed)
         value = " ".join(str(b) for b in step.value.to_bytes(8, "little"))
         if self.applied.get(("bpf", step.key_ipv4)) != step.value:

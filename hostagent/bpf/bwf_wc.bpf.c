@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bwf_wc: the congestion control of work-conservation (WC) subflows.
+ *
+ * Reno, except that congestion avoidance grows cwnd by alpha_w segments per
+ * RTT instead of one, with alpha_w = A_l^2 / K^2 (Eq. 7 of the BG/WC paper):
+ * the K WC subflows of one VM together compete like A_l Reno flows.
+ *
+ *  - A_l comes from the map bwf_alevel, keyed by the VM's IPv4 address (the
+ *    socket's local address, network byte order), fixed point x1024, written
+ *    by the host agent. No entry: A_l = 1.
+ *  - K is kept here, exactly: bwf_kcount[VM] counts the VM's WC subflows
+ *    that are sending (counted at their first congestion-avoidance or
+ *    slow-start ACK, uncounted when the socket releases its congestion
+ *    control). Subflows that only receive never count.
+ *
+ * All Mininet hosts share one kernel; keying by local address keeps each
+ * VM's parameters its own.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char _license[] SEC("license") = "GPL";
+
+#define ALPHA_SCALE 1024ULL
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} bwf_alevel SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} bwf_kcount SEC(".maps");
+
+struct bwf_ca {
+	__u32 counted;
+	__u32 key;
+};
+
+extern __u32 tcp_slow_start(struct tcp_sock *tp, __u32 acked) __ksym;
+extern void tcp_cong_avoid_ai(struct tcp_sock *tp, __u32 w, __u32 acked) __ksym;
+extern __u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
+extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
+
+static __always_inline struct tcp_sock *tcp_sk_of(struct sock *sk)
+{
+	return (struct tcp_sock *)sk;
+}
+
+static __always_inline struct bwf_ca *ca_of(struct sock *sk)
+{
+	return (void *)((struct inet_connection_sock *)sk)->icsk_ca_priv;
+}
+
+static __always_inline int cwnd_limited(struct tcp_sock *tp)
+{
+	if (tp->snd_cwnd < tp->snd_ssthresh)
+		return tp->snd_cwnd < 2 * tp->max_packets_out;
+	return !!BPF_CORE_READ_BITFIELD(tp, is_cwnd_limited);
+}
+
+static __always_inline void count_in(struct sock *sk)
+{
+	struct bwf_ca *ca = ca_of(sk);
+	__u32 key;
+	__u64 one = 1, *k;
+
+	if (ca->counted)
+		return;
+	key = sk->__sk_common.skc_rcv_saddr;
+	ca->key = key;
+	ca->counted = 1;
+	k = bpf_map_lookup_elem(&bwf_kcount, &key);
+	if (k) {
+		__sync_fetch_and_add(k, 1);
+	} else if (bpf_map_update_elem(&bwf_kcount, &key, &one, BPF_NOEXIST)) {
+		k = bpf_map_lookup_elem(&bwf_kcount, &key);   /* lost a race: it exists now */
+		if (k)
+			__sync_fetch_and_add(k, 1);
+	}
+}
+
+SEC("struct_ops")
+void BPF_PROG(bwf_init, struct sock *sk)
+{
+	struct bwf_ca *ca = ca_of(sk);
+
+	ca->counted = 0;
+	ca->key = 0;
+}
+
+SEC("struct_ops")
+void BPF_PROG(bwf_release, struct sock *sk)
+{
+	struct bwf_ca *ca = ca_of(sk);
+	__u32 key = ca->key;
+	__u64 *k;
+
+	if (!ca->counted)
+		return;
+	ca->counted = 0;
+	k = bpf_map_lookup_elem(&bwf_kcount, &key);
+	if (k && *k > 0)
+		__sync_fetch_and_sub(k, 1);
+}
+
+SEC("struct_ops")
+void BPF_PROG(bwf_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+	struct tcp_sock *tp = tcp_sk_of(sk);
+	__u32 key = sk->__sk_common.skc_rcv_saddr;
+	__u64 a = ALPHA_SCALE, k = 1, alpha, w, *p;
+
+	count_in(sk);
+	if (!cwnd_limited(tp))
+		return;
+	if (tp->snd_cwnd < tp->snd_ssthresh) {
+		acked = tcp_slow_start(tp, acked);
+		if (!acked)
+			return;
+	}
+	p = bpf_map_lookup_elem(&bwf_alevel, &key);
+	if (p)
+		a = *p;
+	p = bpf_map_lookup_elem(&bwf_kcount, &key);
+	if (p && *p > 0)
+		k = *p;
+	/* alpha_w = A^2 / K^2, fixed point x ALPHA_SCALE */
+	alpha = a * a / (k * k * ALPHA_SCALE);
+	if (!alpha)
+		return;                 /* A_l = 0: this VM's WC does not grow */
+	/* +1 segment every w ACKed segments = +alpha_w segments per RTT */
+	w = (__u64)tp->snd_cwnd * ALPHA_SCALE / alpha;
+	if (w < 1)
+		w = 1;
+	if (w > 0xffffffffULL)
+		w = 0xffffffffULL;
+	tcp_cong_avoid_ai(tp, (__u32)w, acked);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(bwf_ssthresh, struct sock *sk)
+{
+	return tcp_reno_ssthresh(sk);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(bwf_undo_cwnd, struct sock *sk)
+{
+	return tcp_reno_undo_cwnd(sk);
+}
+
+SEC(".struct_ops")
+struct tcp_congestion_ops bwf_wc = {
+	.init		= (void *)bwf_init,
+	.release	= (void *)bwf_release,
+	.cong_avoid	= (void *)bwf_cong_avoid,
+	.ssthresh	= (void *)bwf_ssthresh,
+	.undo_cwnd	= (void *)bwf_undo_cwnd,
+	.name		= "bwf_wc",
+};

@@ -1,0 +1,146 @@
+"""Build, load and unload the BPF side of the host agent (once per machine):
+
+- ``bwf_wc`` (hostagent/bpf/bwf_wc.bpf.c): the WC subflows' congestion
+  control, a struct_ops Reno whose additive increase is A_l^2/K^2; its maps
+  bwf_alevel (A_l per VM, written by agents) and bwf_kcount (K per VM, kept
+  by the CC itself) are pinned under /sys/fs/bpf;
+- ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
+  connection's first (BG) subflow and bwf_wc for its joins (WC), attached to
+  the cgroup v2 root so that every host namespace's sockets pass through it.
+
+Compiled with clang against the running kernel's BTF (vmlinux.h generated
+by bpftool) into build/bpf/, rebuilt when a source is newer. Unloading
+detaches the sock_ops program at once; the struct_ops CC can only be
+unregistered once no socket uses it any more (it is retried by ``unload``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent / "bpf"
+BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
+BPFFS = Path("/sys/fs/bpf")
+PIN_SOCKOPS = BPFFS / "bwf_sockops"
+MAPS = ("bwf_alevel", "bwf_kcount")
+CC_NAME = "bwf_wc"
+TOOLS = ("clang", "bpftool")
+
+
+class CcError(RuntimeError):
+    pass
+
+
+def _run(cmd: list[str]) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise CcError(f"{' '.join(cmd)}: {(res.stderr or res.stdout).strip()[-2000:]}")
+    return res.stdout
+
+
+def cgroup2_root() -> Path:
+    """Where cgroup v2 is mounted (Mininet mounts v1 hierarchies at
+    /sys/fs/cgroup, v2 then lives at /sys/fs/cgroup/unified)."""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 2 and parts[2] == "cgroup2":
+            return Path(parts[1])
+    raise CcError("no cgroup v2 mount found (mount -t cgroup2 none /sys/fs/cgroup/unified)")
+
+
+def build() -> dict[str, Path]:
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        raise CcError(f"building the BPF programs needs {', '.join(missing)} (apt-get install clang bpftool "
+                      "libbpf-dev; bwfabric.sh does it)")
+    BUILD.mkdir(parents=True, exist_ok=True)
+    vmlinux = BUILD / "vmlinux.h"
+    if not vmlinux.exists():
+        vmlinux.write_text(_run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"]))
+    out = {}
+    for name in ("bwf_wc", "bwf_sockops"):
+        src, obj = SRC / f"{name}.bpf.c", BUILD / f"{name}.bpf.o"
+        if not obj.exists() or obj.stat().st_mtime < src.stat().st_mtime:
+            _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", "-c", str(src),
+                  "-o", str(obj)])
+        out[name] = obj
+    return out
+
+
+def _mount_bpffs() -> None:
+    if not any(line.split()[1] == str(BPFFS) and line.split()[2] == "bpf"
+               for line in Path("/proc/mounts").read_text().splitlines()):
+        _run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
+
+
+def cc_registered() -> bool:
+    return CC_NAME in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+
+
+def status() -> dict:
+    attached = False
+    try:
+        attached = "bwf_sockops" in _run(["bpftool", "cgroup", "show", str(cgroup2_root())])
+    except CcError:
+        pass
+    return {"cc_registered": cc_registered(), "sockops_attached": attached,
+            "maps_pinned": [m for m in MAPS if (BPFFS / m).exists()]}
+
+
+def load() -> dict:
+    """Idempotent: registers the CC and attaches the sock_ops program unless
+    already there. Returns :func:`status`."""
+    objs = build()
+    _mount_bpffs()
+    if not cc_registered():
+        _run(["bpftool", "struct_ops", "register", str(objs["bwf_wc"])])
+        if not cc_registered():
+            raise CcError("bpftool registered bwf_wc but the kernel does not list it")
+    st = status()
+    if not st["sockops_attached"]:
+        if not PIN_SOCKOPS.exists():
+            _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops"])
+        _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
+    return status()
+
+
+def unload(wait_s: float = 10.0) -> dict:
+    """Detach sock_ops, then unregister the CC once no socket uses it."""
+    root = cgroup2_root()
+    if PIN_SOCKOPS.exists():
+        subprocess.run(["bpftool", "cgroup", "detach", str(root), "sock_ops", "pinned", str(PIN_SOCKOPS)],
+                       capture_output=True)
+        PIN_SOCKOPS.unlink()
+    deadline = time.monotonic() + wait_s
+    while cc_registered():
+        res = subprocess.run(["bpftool", "struct_ops", "unregister", "name", CC_NAME], capture_output=True,
+                             text=True)
+        if res.returncode == 0 and not cc_registered():
+            break
+        if time.monotonic() > deadline:
+            raise CcError(f"bwf_wc is still in use by sockets after {wait_s:g} s; not unregistered")
+        time.sleep(0.5)
+    for m in MAPS:
+        if (BPFFS / m).exists():
+            (BPFFS / m).unlink()
+    return status()
+
+
+def read_map(name: str) -> dict[str, int]:
+    """{IPv4: value} of a pinned map (for tests and status)."""
+    if not (BPFFS / name).exists():
+        return {}
+    entries = json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / name)]))
+    out = {}
+    for e in entries:
+        key = e.get("key")
+        val = e.get("value")
+        if isinstance(key, list):
+            key = ".".join(str(int(b, 16)) for b in key)
+            val = int.from_bytes(bytes(int(b, 16) for b in val), "little")
+        out[str(key)] = val
+    return out
