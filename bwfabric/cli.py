@@ -72,6 +72,28 @@ def cmd_check_config(args) -> int:
     return status
 
 
+def cmd_agent(args) -> int:
+    from hostagent import agent
+    return agent.main(args.host, args.key_file, args.listen, args.state_dir, load_cc=args.load_cc)
+
+
+def cmd_agent_key(args) -> int:
+    """Derive one host's agent key from the controller's master secret."""
+    from hostagent.channel import ChannelError, host_key, load_secret
+    try:
+        if args.new_master:
+            import secrets
+            Path(args.master).write_text(secrets.token_hex(32) + "\n")
+            Path(args.master).chmod(0o600)
+        master = load_secret(args.master)
+    except (OSError, ChannelError) as exc:
+        print(f"bwfabric agent-key: {exc}", file=sys.stderr)
+        return 2
+    for host in args.hosts:
+        print(f"{host} {host_key(master, host).hex()}" if len(args.hosts) > 1 else host_key(master, host).hex())
+    return 0
+
+
 def _interrupt(*_):
     raise KeyboardInterrupt
 
@@ -118,6 +140,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="experiment option (same as a positional KEY=VALUE)")
     e.add_argument("--out", default="results", help="directory for JSON and PNG results")
     e.set_defaults(func=cmd_experiment)
+
+    a = sub.add_parser("agent", help="run the host agent (in the host's network namespace)")
+    a.add_argument("--host", required=True, help="this host's name in the topology")
+    a.add_argument("--key-file", required=True, help="this host's key (hex), from bwfabric agent-key")
+    a.add_argument("--listen", required=True, help="unix:/path or tcp:ADDR:PORT")
+    a.add_argument("--state-dir", required=True, help="replay guard and undo state")
+    a.add_argument("--load-cc", action="store_true",
+                   help="build/load the BPF congestion control and sock_ops program (once per machine)")
+    a.set_defaults(func=cmd_agent)
+
+    k = sub.add_parser("agent-key", help="derive hosts' agent keys from the master secret")
+    k.add_argument("--master", required=True, help="master secret file (hex)")
+    k.add_argument("--new-master", action="store_true", help="first write a new random master secret there")
+    k.add_argument("hosts", nargs="+")
+    k.set_defaults(func=cmd_agent_key)
     return p
 
 

@@ -3,7 +3,7 @@
 - ``bwf_wc`` (hostagent/bpf/bwf_wc.bpf.c): the WC subflows' congestion
   control, a struct_ops Reno whose additive increase is A_l^2/K^2; its maps
   bwf_alevel (A_l per VM, written by agents) and bwf_kcount (K per VM, kept
-  by the CC itself) are pinned under /sys/fs/bpf;
+  by the CC itself) are pinned under /run/bwfabric/bpf;
 - ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
   connection's first (BG) subflow and bwf_wc for its joins (WC), attached to
   the cgroup v2 root so that every host namespace's sockets pass through it.
@@ -24,7 +24,9 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent / "bpf"
 BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
-BPFFS = Path("/sys/fs/bpf")
+# a bpffs of our own outside /sys: `ip netns exec` remounts /sys and would
+# hide /sys/fs/bpf from agents started that way
+BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
 MAPS = ("bwf_alevel", "bwf_kcount")
 CC_NAME = "bwf_wc"
@@ -74,7 +76,21 @@ def build() -> dict[str, Path]:
 def _mount_bpffs() -> None:
     if not any(line.split()[1] == str(BPFFS) and line.split()[2] == "bpf"
                for line in Path("/proc/mounts").read_text().splitlines()):
+        BPFFS.mkdir(parents=True, exist_ok=True)
         _run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
+
+
+def _pin_maps() -> None:
+    """Pin the registered CC's maps: the newest map of each name (bpftool
+    registered it just now)."""
+    maps = json.loads(_run(["bpftool", "-j", "map", "show"]))
+    for name in MAPS:
+        ids = [m["id"] for m in maps if m.get("name") == name]
+        if not ids:
+            raise CcError(f"map {name} of the registered CC not found")
+        if (BPFFS / name).exists():
+            (BPFFS / name).unlink()
+        _run(["bpftool", "map", "pin", "id", str(max(ids)), str(BPFFS / name)])
 
 
 def cc_registered() -> bool:
@@ -100,6 +116,10 @@ def load() -> dict:
         _run(["bpftool", "struct_ops", "register", str(objs["bwf_wc"])])
         if not cc_registered():
             raise CcError("bpftool registered bwf_wc but the kernel does not list it")
+        _pin_maps()
+    elif not all((BPFFS / m).exists() for m in MAPS):
+        raise CcError(f"bwf_wc is registered but its maps are not pinned in {BPFFS}: unload it first "
+                      "(python -m hostagent.cc unload)")
     st = status()
     if not st["sockops_attached"]:
         if not PIN_SOCKOPS.exists():
@@ -144,3 +164,12 @@ def read_map(name: str) -> dict[str, int]:
             val = int.from_bytes(bytes(int(b, 16) for b in val), "little")
         out[str(key)] = val
     return out
+
+
+if __name__ == "__main__":
+    import sys
+    actions = {"load": load, "unload": unload, "status": status, "build": build}
+    if len(sys.argv) != 2 or sys.argv[1] not in actions:
+        print(f"usage: python -m hostagent.cc {{{','.join(actions)}}}", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(actions[sys.argv[1]](), default=str))

@@ -8,7 +8,8 @@
   (removing a signal endpoint closes the subflows that use it);
 - nftables: the whole table replaced in one atomic ``nft -f`` transaction,
   and only when its text changed;
-- tc (pyroute2): the HTB tree is built once; later plans with the same
+- tc (pyroute2; the bfifo leaves with the tc command, pyroute2 0.9 has no
+  bfifo): the HTB tree is built once; later plans with the same
   classes and filters only change class rates in place (LRC moves BG rates
   often: no queue is flushed for that); a different structure rebuilds it;
 - BPF map: ``bpftool map update`` on the pinned map of the WC congestion
@@ -31,7 +32,7 @@ from pathlib import Path
 from hostagent import plan as P
 
 PROC_SYS = Path("/proc/sys")
-BPF_PIN_DIR = Path("/sys/fs/bpf")  # libbpf pins the CC's maps here by name
+BPF_PIN_DIR = Path("/run/bwfabric/bpf")  # hostagent.cc pins the CC's maps here
 
 
 class ExecError(RuntimeError):
@@ -71,7 +72,7 @@ class Executor:
             self._mptcp(limits[0], plan.of(P.MptcpEndpoint))
         for table in plan.of(P.NftTable):
             self._nft(table)
-        tc = [s for s in plan.steps if isinstance(s, (P.TcQdisc, P.TcClass, P.TcFilter))]
+        tc = [s for s in plan.steps if isinstance(s, (P.TcQdisc, P.TcClass, P.TcLeaf, P.TcFilter))]
         if tc:
             self._tc(tc)
         for step in plan.of(P.BpfMapSet):
@@ -183,8 +184,8 @@ class Executor:
     # ---- tc (pyroute2) --------------------------------------------------------------------------
     @staticmethod
     def _structure(steps) -> tuple:
-        return tuple(s if not isinstance(s, P.TcClass) else (s.dev, s.classid, s.parent, s.prio)
-                     for s in steps)
+        return tuple((s.dev, s.classid, s.parent, s.prio) if isinstance(s, P.TcClass) else
+                     (s.dev, s.parent, s.handle) if isinstance(s, P.TcLeaf) else s for s in steps)
 
     def _tc(self, steps: list) -> None:
         from pyroute2 import IPRoute
@@ -198,6 +199,9 @@ class Executor:
                         ipr.tc("change-class", "htb", idx, _classid(new.classid), parent=_classid(new.parent),
                                rate=f"{new.rate_bps}bit", ceil=f"{new.ceil_bps}bit", prio=new.prio)
                         self.changes += 1
+                    elif isinstance(new, P.TcLeaf) and new != was:
+                        self._leaf(new)
+                        self.changes += 1
             else:
                 for s in steps:
                     idx = self._index(ipr, s.dev)
@@ -206,6 +210,8 @@ class Executor:
                     elif isinstance(s, P.TcClass):
                         ipr.tc("add-class", "htb", idx, _classid(s.classid), parent=_classid(s.parent),
                                rate=f"{s.rate_bps}bit", ceil=f"{s.ceil_bps}bit", prio=s.prio)
+                    elif isinstance(s, P.TcLeaf):
+                        self._leaf(s)
                     else:
                         keys = [f"{s.tos[0] << 16:#010x}/{s.tos[1] << 16:#010x}+0"]
                         if s.dst is not None:
@@ -214,6 +220,12 @@ class Executor:
                                protocol=0x0800, target=_classid(s.target), keys=keys)
                     self.changes += 1
         self.applied["tc"] = list(steps)
+
+    @staticmethod
+    def _leaf(s: P.TcLeaf) -> None:
+        # pyroute2 0.9 has no bfifo (it would silently replace the root qdisc): tc does it
+        _run(["tc", "qdisc", "replace", "dev", s.dev, "parent", s.parent, "handle", s.handle, "bfifo",
+              "limit", str(s.limit_bytes)])
 
     @staticmethod
     def _index(ipr, dev: str) -> int:

@@ -172,6 +172,17 @@ class TcClass:
 
 
 @dataclass(frozen=True)
+class TcLeaf:
+    """A byte-limited FIFO under a leaf class (HTB's default pfifo holds
+    1000 packets: seconds of queueing at a guarantee's rate, which inflates
+    the BG subflow's RTT and with it MPTCP's reordering)."""
+    dev: str
+    parent: str
+    handle: str
+    limit_bytes: int
+
+
+@dataclass(frozen=True)
 class TcFilter:
     """u32 on the IPv4 header: (value, mask) on the TOS byte, optionally on
     the destination address; lower ``pref`` is tried first."""
@@ -189,7 +200,7 @@ class BpfMapSet:
     value: int
 
 
-Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcFilter | BpfMapSet
+Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet
 
 
 @dataclass(frozen=True)
@@ -241,7 +252,16 @@ def nft_plan(cfg: HostConfig) -> NftTable:
     return NftTable(NFT_TABLE, text)
 
 
-def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcFilter]:
+LEAF_QUEUE_S = 0.005      # leaf FIFOs hold ~5 ms at their class rate...
+LEAF_QUEUE_MIN = 3 * 9000  # ...and at least three jumbo frames
+
+
+def _leaf(dev: str, classid: str, rate_bps: int) -> TcLeaf:
+    minor = int(classid.split(":")[1], 16)
+    return TcLeaf(dev, classid, f"{minor + 0x1000:x}:", max(LEAF_QUEUE_MIN, int(rate_bps * LEAF_QUEUE_S / 8)))
+
+
+def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
     """HTB: BG (ToS 0x00) at the guarantee -- or per destination, pipe
     model -- and WC (everything else, non-IP included) up to the NIC rate."""
     nic = int(cfg.nic_mbps * 1e6)
@@ -252,6 +272,7 @@ def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcFilter]:
         TcQdisc(dev, TC_HANDLE, CLASS_WC),
         TcClass(dev, CLASS_ROOT, TC_HANDLE, nic, nic, 0),
         TcClass(dev, CLASS_WC, CLASS_ROOT, wc_rate, nic, 1),
+        _leaf(dev, CLASS_WC, nic),
     ]
     bg_mask = (TOS_BG, 0xFC)
     if cfg.pair_limits_mbps:
@@ -259,9 +280,11 @@ def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcFilter]:
             classid = f"1:{PAIR_CLASS_BASE + i:x}"
             rate = int(mbps * 1e6)
             steps.append(TcClass(dev, classid, CLASS_ROOT, rate, rate, 0))
+            steps.append(_leaf(dev, classid, rate))
             steps.append(TcFilter(dev, 10 + i, bg_mask, classid, dst=dst))
     # the hose limit: all BG of this VM (and BG to unlisted destinations in the pipe model)
     steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, max(bg, 8000), max(bg, 8000), 0))
+    steps.append(_leaf(dev, CLASS_BG, bg))
     steps.append(TcFilter(dev, 1000, bg_mask, CLASS_BG))
     return steps
 

@@ -31,7 +31,6 @@ struct {
 	__uint(max_entries, 4096);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } bwf_alevel SEC(".maps");
 
 struct {
@@ -39,7 +38,6 @@ struct {
 	__uint(max_entries, 4096);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } bwf_kcount SEC(".maps");
 
 struct bwf_ca {

@@ -1,0 +1,241 @@
+"""The host agent daemon (``bwfabric agent``): one per host -- in Mininet,
+one per host network namespace. It receives its configuration from the
+controller over the authenticated channel and puts it in force.
+
+Transport: a stream socket (``unix:/path`` -- reachable from the controller's
+namespace in Mininet, since the filesystem is shared -- or ``tcp:ADDR:PORT``)
+carrying frames of a 4-byte big-endian length and one channel message
+(:mod:`hostagent.channel`). Every request gets a signed reply
+``{"ok": bool, ...}``.
+
+Message types (controller -> agent):
+- ``config``: a :class:`hostagent.plan.HostConfig` as a JSON object; the
+  agent validates it, plans, applies; a bad config changes nothing and the
+  reply names the problem; if applying fails half-way the previous
+  configuration is applied again;
+- ``status``: what is in force, the BPF side's state, counters.
+
+A forged, replayed or malformed message is refused, logged, and answered
+with an error (nothing else happens). If the controller goes away, the
+agent keeps what is in force. SIGTERM removes everything it put in place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from hostagent.channel import ChannelError, ReplayGuard, Receiver, Sender
+from hostagent.executor import ExecError, Executor
+from hostagent.plan import HostConfig, PlanError, host_plan
+
+MAX_FRAME = 1 << 20
+log = logging.getLogger("bwfabric.agent")
+
+
+# ---- framing -----------------------------------------------------------------------------------
+def send_frame(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(struct.pack("!I", len(payload)) + payload)
+
+
+def recv_frame(sock: socket.socket) -> bytes | None:
+    hdr = _recv_exact(sock, 4)
+    if hdr is None:
+        return None
+    (n,) = struct.unpack("!I", hdr)
+    if n > MAX_FRAME:
+        raise ChannelError(f"frame of {n} bytes exceeds {MAX_FRAME}")
+    return _recv_exact(sock, n)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def listen(address: str) -> socket.socket:
+    kind, _, rest = address.partition(":")
+    if kind == "unix":
+        path = Path(rest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            path.unlink()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(path))
+        os.chmod(path, 0o600)
+    elif kind == "tcp":
+        host, _, port = rest.rpartition(":")
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host or "0.0.0.0", int(port)))
+    else:
+        raise ValueError(f"listen address {address!r}: use unix:/path or tcp:ADDR:PORT")
+    s.listen(8)
+    return s
+
+
+def connect(address: str, timeout: float = 5.0) -> socket.socket:
+    kind, _, rest = address.partition(":")
+    if kind == "unix":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        target: object = rest
+    elif kind == "tcp":
+        host, _, port = rest.rpartition(":")
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        target = (host, int(port))
+    else:
+        raise ValueError(f"agent address {address!r}: use unix:/path or tcp:ADDR:PORT")
+    s.settimeout(timeout)
+    s.connect(target)
+    return s
+
+
+# ---- the agent ------------------------------------------------------------------------------------
+class Agent:
+    def __init__(self, host: str, key: bytes, state_dir: Path):
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.host = host
+        self.rx = Receiver(key, host, ReplayGuard(state_dir / "last-seq"))
+        self.tx = Sender(key, host, direction="a2c")
+        self.executor = Executor(state_file=state_dir / "executor.json")
+        self.config: HostConfig | None = None
+        self.rejected = 0
+        self.lock = threading.Lock()
+
+    def handle(self, raw: bytes) -> bytes:
+        """One request -> one signed reply."""
+        with self.lock:
+            try:
+                msg_type, body = self.rx.open(raw)
+            except ChannelError as exc:
+                self.rejected += 1
+                log.warning("rejected a message: %s", exc)
+                return self.tx.seal("reply", {"ok": False, "error": f"rejected: {exc}"})
+            try:
+                reply = self._dispatch(msg_type, body)
+            except (PlanError, ExecError, ValueError) as exc:
+                log.warning("%s refused: %s", msg_type, exc)
+                reply = {"ok": False, "error": str(exc)}
+            return self.tx.seal("reply", reply)
+
+    def _dispatch(self, msg_type: str, body: dict) -> dict:
+        if msg_type == "config":
+            cfg = HostConfig.from_dict(body)
+            if cfg.host != self.host:
+                raise PlanError(f"configuration for host {cfg.host!r} sent to agent {self.host!r}")
+            plan = host_plan(cfg)
+            previous = self.config
+            try:
+                changes = self.executor.apply(plan)
+            except Exception as exc:
+                if previous is not None:  # put the previous configuration back
+                    try:
+                        self.executor.apply(host_plan(previous))
+                    except Exception as again:
+                        log.error("restoring the previous configuration failed too: %s", again)
+                raise ExecError(f"applying the configuration failed ({exc}); the previous one is in force"
+                                if previous else f"applying the configuration failed: {exc}") from None
+            self.config = cfg
+            log.info("configuration in force (%d changes): guarantee %.3g Mb/s, %d WC subflows, A_l %.3g",
+                     changes, cfg.guarantee_mbps, cfg.wc_subflows, cfg.a_l)
+            return {"ok": True, "changes": changes}
+        if msg_type == "status":
+            return {"ok": True, "host": self.host, "rejected": self.rejected,
+                    "config": None if self.config is None else asdict(self.config)}
+        raise PlanError(f"unknown message type {msg_type!r} (config, status)")
+
+    def serve(self, server: socket.socket) -> None:
+        while True:
+            conn, _ = server.accept()
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                while True:
+                    raw = recv_frame(conn)
+                    if raw is None:
+                        return
+                    send_frame(conn, self.handle(raw))
+            except (OSError, ChannelError) as exc:
+                log.info("controller connection closed: %s", exc)
+
+    def shutdown(self) -> None:
+        self.executor.teardown()
+
+
+class AgentClient:
+    """The controller's side of one agent's channel."""
+
+    def __init__(self, address: str, host: str, key: bytes, timeout: float = 10.0):
+        self.address, self.host, self.timeout = address, host, timeout
+        self.tx = Sender(key, host, direction="c2a")
+        self.rx = Receiver(key, host, ReplayGuard(), direction="a2c")
+        self.sock: socket.socket | None = None
+
+    def request(self, msg_type: str, body: dict) -> dict:
+        return self.request_raw(self.tx.seal(msg_type, body))
+
+    def request_raw(self, raw: bytes) -> dict:
+        if self.sock is None:
+            self.sock = connect(self.address, self.timeout)
+        send_frame(self.sock, raw)
+        reply = recv_frame(self.sock)
+        if reply is None:
+            self.close()
+            raise ConnectionError(f"agent {self.host} closed the connection")
+        _, body = self.rx.open(reply)
+        return body
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc: bool = False) -> int:
+    from hostagent.channel import load_secret
+
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent[{host}] %(levelname)s %(message)s")
+    try:
+        key = load_secret(key_file)
+    except (OSError, ChannelError) as exc:
+        print(f"bwfabric agent: {exc}", file=sys.stderr)
+        return 2
+    if load_cc:
+        from hostagent import cc
+        log.info("BPF side: %s", json.dumps(cc.load()))
+    agent = Agent(host, key, Path(state_dir))
+    server = listen(listen_address)
+    done = threading.Event()
+
+    def stop(*_):
+        done.set()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    threading.Thread(target=agent.serve, args=(server,), daemon=True).start()
+    log.info("listening on %s", listen_address)
+    done.wait()
+    log.info("shutting down: removing what this agent put in force")
+    server.close()
+    if listen_address.startswith("unix:"):
+        Path(listen_address[5:]).unlink(missing_ok=True)
+    try:
+        agent.shutdown()
+    except ExecError as exc:
+        log.error("%s", exc)
+        return 1
+    return 0

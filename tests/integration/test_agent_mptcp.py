@@ -1,0 +1,146 @@
+"""The host agent end to end on two real network namespaces: the controller
+side configures both agents over the authenticated channel (forged and
+replayed messages refused); an MPTCP connection then has one BG subflow
+(ToS 0x00, Reno, limited to the guarantee by HTB) and one WC subflow (ToS
+0x20, the bwf_wc BPF congestion control, counted as K=1 for its VM),
+verified by nftables packet counters, ss and the BPF maps."""
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hostagent import cc
+from hostagent.agent import AgentClient
+from hostagent.channel import Sender, host_key
+
+pytestmark = pytest.mark.root
+REPO = Path(__file__).resolve().parents[2]
+MASTER = bytes(range(1, 33))
+IPS = {"a": "10.9.1.1", "b": "10.9.1.2"}
+SERVER = textwrap.dedent('''
+    import socket, sys
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 5001)); s.listen(4)
+    print("ready", flush=True)
+    c, _ = s.accept(); n = 0
+    while True:
+        b = c.recv(1 << 16)
+        if not b: break
+        n += len(b)
+    print(n, flush=True)
+''')
+CLIENT = textwrap.dedent('''
+    import socket, sys, time
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
+    s.connect((sys.argv[1], 5001)); end = time.time() + float(sys.argv[2]); buf = b"x" * 65536
+    while time.time() < end: s.sendall(buf)
+    s.close()
+''')
+COUNTERS = textwrap.dedent('''
+    table ip bwftest {
+      chain post {
+        type filter hook postrouting priority 100; policy accept;
+        tcp dport 5001 ip dscp cs0 counter
+        tcp dport 5001 ip dscp != cs0 counter
+        tcp dport 10101 ip dscp cs1 counter
+        tcp dport 10101 ip dscp != cs1 counter
+      }
+    }
+''')
+
+
+def ns(name, *cmd, **kw):
+    return subprocess.run(["ip", "netns", "exec", name, *cmd], capture_output=True, text=True, **kw)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    tag = uuid.uuid4().hex[:5]
+    names = {h: f"bwfa-{h}-{tag}" for h in IPS}
+    procs = []
+    loaded_before = cc.cc_registered()
+    for n in names.values():
+        subprocess.run(["ip", "netns", "add", n], check=True)
+    try:
+        subprocess.run(["ip", "link", "add", f"va{tag}", "netns", names["a"], "type", "veth", "peer", "name",
+                        f"vb{tag}", "netns", names["b"]], check=True)
+        for h, dev in (("a", f"va{tag}"), ("b", f"vb{tag}")):
+            for cmd in (["ip", "addr", "add", f"{IPS[h]}/24", "dev", dev], ["ip", "link", "set", dev, "up"],
+                        ["ip", "link", "set", "lo", "up"], ["ethtool", "-K", dev, "tso", "off", "gso", "off"]):
+                assert ns(names[h], *cmd).returncode == 0, cmd
+        cc.load()
+        for h in IPS:
+            (tmp_path / f"{h}.key").write_text(host_key(MASTER, h).hex())
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", names[h], sys.executable, "-m", "bwfabric.cli", "agent", "--host", h,
+                 "--key-file", str(tmp_path / f"{h}.key"), "--listen", f"unix:{tmp_path}/{h}.sock",
+                 "--state-dir", str(tmp_path / f"state-{h}")], cwd=REPO, stderr=open(tmp_path / f"{h}.log", "w")))
+        for h in IPS:
+            deadline = time.time() + 10
+            while not (tmp_path / f"{h}.sock").exists():
+                assert time.time() < deadline, (tmp_path / f"{h}.log").read_text()
+                time.sleep(0.1)
+        yield names, tag, tmp_path
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+        for n in names.values():
+            subprocess.run(["ip", "netns", "del", n])
+        if not loaded_before:
+            cc.unload()
+
+
+def test_agents_put_bg_and_wc_subflows_in_force(pair):
+    names, tag, tmp = pair
+    clients = {h: AgentClient(f"unix:{tmp}/{h}.sock", h, host_key(MASTER, h)) for h in IPS}
+    for h, dev in (("a", f"va{tag}"), ("b", f"vb{tag}")):
+        cfg = dict(host=h, interface=dev, address=IPS[h], nic_mbps=100, guarantee_mbps=20, wc_subflows=1,
+                   policy="equal")
+        reply = clients[h].request("config", cfg)
+        assert reply["ok"] and reply["changes"] > 5, reply
+
+    # forged (h b's key for a), replayed, and bad configs are refused and change nothing
+    forged = Sender(host_key(MASTER, "b"), "a").seal("config", {"host": "a"})
+    assert "bad MAC" in clients["a"].request_raw(forged)["error"]
+    captured = clients["a"].tx.seal("status", {})
+    assert clients["a"].request_raw(captured)["ok"]
+    assert "replayed" in clients["a"].request_raw(captured)["error"]
+    bad = clients["a"].request("config", dict(host="a", interface=f"va{tag}", address=IPS["a"], nic_mbps=100,
+                                              guarantee_mbps=500))
+    assert not bad["ok"] and "guarantee_mbps 500" in bad["error"]
+    status = clients["a"].request("status", {})
+    assert status["rejected"] == 2 and status["config"]["guarantee_mbps"] == 20   # still in force
+
+    assert ns(names["a"], "nft", "-f", "-", input=COUNTERS).returncode == 0
+    server = subprocess.Popen(["ip", "netns", "exec", names["b"], sys.executable, "-c", SERVER],
+                              stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "ready"
+    client = subprocess.Popen(["ip", "netns", "exec", names["a"], sys.executable, "-c", CLIENT, IPS["b"], "4"])
+    time.sleep(2.5)
+    ss = ns(names["a"], "ss", "-tniH", "dst", IPS["b"]).stdout
+    kcount = cc.read_map("bwf_kcount").get(IPS["a"])
+    client.wait(20)
+    received = int(server.communicate(timeout=20)[0].strip())
+    counters = ns(names["a"], "nft", "list", "table", "ip", "bwftest").stdout
+    ns(names["a"], "nft", "delete", "table", "ip", "bwftest")
+    print(ss, counters, sep="\n")
+
+    sizes = [int(x) for x in __import__("re").findall(r"counter packets \d+ bytes (\d+)", counters)]
+    bg_ok, bg_bad, wc_ok, wc_bad = sizes
+    assert bg_ok > 1_000_000 and wc_ok > 1_000_000   # two subflows, both carried data
+    assert bg_bad == 0 and wc_bad == 0               # each with its own ToS only
+    assert "bwf_wc" in ss and "reno" in ss           # the WC subflow runs the BPF CC, the BG one Reno
+    assert kcount == 1                               # K: one sending WC subflow for VM a
+    assert cc.read_map("bwf_alevel")[IPS["a"]] == 1024     # A_l = 1 (policy equal)
+    bg_mbps = bg_ok * 8 / 4 / 1e6                    # BG held to its 20 Mb/s guarantee by HTB
+    assert 15 < bg_mbps < 20 * 1.1, bg_mbps
+    print(f"BG {bg_mbps:.1f} Mb/s, WC {wc_ok * 8 / 4 / 1e6:.1f} Mb/s, received {received * 8 / 4 / 1e6:.1f} Mb/s")
