@@ -246,6 +246,9 @@ class Executor:
                     ipr.tc("del", "htb", found[0], _classid(P.TC_HANDLE))
 
     # ---- BPF map ------------------------------------------------------------------------------
+    def apply_bpf(self, step: P.BpfMapSet) -> None:
+        self._bpf(step)
+
     def _bpf(self, step: P.BpfMapSet) -> None:
         pin = BPF_PIN_DIR / step.map
         if not pin.exists():

@@ -1,0 +1,132 @@
+"""The WC congestion control (bwf_wc, BPF struct_ops) on a real bottleneck:
+two flows from two VMs (keyed by their addresses) share a 40 Mb/s HTB
+queue; with alpha_w 1 and 1/4 (A_l 1 and 1/2, K=1 each) the first should get
+about twice the second (AIMD rate ~ sqrt(alpha)); swapping the factors swaps
+the shares; equal factors share evenly."""
+
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from hostagent import cc
+from hostagent.executor import Executor
+from hostagent.plan import BPF_MAP, BpfMapSet
+from hostagent.policy import fixed_point
+
+pytestmark = pytest.mark.root
+VMS = ("10.9.2.1", "10.9.2.2")
+DST = "10.9.3.9"
+SENDER = textwrap.dedent('''
+    import socket, sys, time
+    src, dst, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    s = socket.socket()
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, sys.argv[4].encode())
+    s.bind((src, 0)); s.connect((dst, 5002))
+    end = time.time() + secs; buf = b"x" * 65536
+    while time.time() < end:
+        s.sendall(buf)
+    s.close()
+''')
+SINK = textwrap.dedent('''
+    import socket, threading, sys, json, time
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", 5002)); srv.listen(8); got = {}
+    warm = float(sys.argv[1]); t0 = None
+    print("ready", flush=True)
+    def rx(c, peer):
+        start = time.time()
+        while True:
+            b = c.recv(1 << 16)
+            if not b: break
+            if time.time() - start > warm:
+                got[peer] = got.get(peer, 0) + len(b)
+    ths = []
+    for _ in range(2):
+        c, (peer, _) = srv.accept(); t = threading.Thread(target=rx, args=(c, peer)); t.start(); ths.append(t)
+    for t in ths: t.join()
+    print(json.dumps(got), flush=True)
+''')
+
+
+def ns(name, *cmd, **kw):
+    return subprocess.run(["ip", "netns", "exec", name, *cmd], capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def bottleneck():
+    """sender (two VM addresses) -- router (40 Mb/s HTB, 150 KB FIFO toward
+    the receiver) -- receiver: losses happen in the network, not in the
+    sender's own qdisc (which TCP treats as local congestion)."""
+    tag = uuid.uuid4().hex[:5]
+    snd, rtr, rcv = f"bwfc-s-{tag}", f"bwfc-m-{tag}", f"bwfc-r-{tag}"
+    loaded_before = cc.cc_registered()
+    for n in (snd, rtr, rcv):
+        subprocess.run(["ip", "netns", "add", n], check=True)
+    try:
+        subprocess.run(["ip", "link", "add", f"sa{tag}", "netns", snd, "type", "veth", "peer", "name",
+                        f"ma{tag}", "netns", rtr], check=True)
+        subprocess.run(["ip", "link", "add", f"mb{tag}", "netns", rtr, "type", "veth", "peer", "name",
+                        f"rb{tag}", "netns", rcv], check=True)
+        setup = [(snd, f"sa{tag}", [f"{ip}/24" for ip in VMS]), (rtr, f"ma{tag}", ["10.9.2.254/24"]),
+                 (rtr, f"mb{tag}", ["10.9.3.254/24"]), (rcv, f"rb{tag}", [f"{DST}/24"])]
+        for n, dev, addrs in setup:
+            for a in addrs:
+                assert ns(n, "ip", "addr", "add", a, "dev", dev).returncode == 0
+            for cmd in (["ip", "link", "set", dev, "up"], ["ethtool", "-K", dev, "tso", "off", "gso", "off"]):
+                assert ns(n, *cmd).returncode == 0
+        assert ns(snd, "ip", "route", "add", "10.9.3.0/24", "via", "10.9.2.254").returncode == 0
+        assert ns(rcv, "ip", "route", "add", "10.9.2.0/24", "via", "10.9.3.254").returncode == 0
+        assert ns(rtr, "sysctl", "-qw", "net.ipv4.ip_forward=1").returncode == 0
+        dev = f"mb{tag}"
+        for cmd in (f"tc qdisc add dev {dev} root handle 1: htb default 1",
+                    f"tc class add dev {dev} parent 1: classid 1:1 htb rate 40mbit ceil 40mbit",
+                    f"tc qdisc add dev {dev} parent 1:1 handle 10: bfifo limit 150000"):
+            assert ns(rtr, *cmd.split()).returncode == 0, cmd
+        cc.load()
+        yield snd, rcv
+    finally:
+        for n in (snd, rtr, rcv):
+            subprocess.run(["ip", "netns", "del", n])
+        if not loaded_before:
+            cc.unload()
+
+
+def _shares(bottleneck, a_levels, secs=12.0, warm=4.0, cc_name="bwf_wc"):
+    snd, rcv = bottleneck
+    ex = Executor()
+    for ip, a in zip(VMS, a_levels):
+        ex.apply_bpf(BpfMapSet(BPF_MAP, ip, fixed_point(a)))
+    sink = subprocess.Popen(["ip", "netns", "exec", rcv, sys.executable, "-c", SINK, str(warm)],
+                            stdout=subprocess.PIPE, text=True)
+    assert sink.stdout.readline().strip() == "ready"
+    senders = [subprocess.Popen(["ip", "netns", "exec", snd, sys.executable, "-c", SENDER, ip, DST, str(secs), cc_name])
+               for ip in VMS]
+    time.sleep(secs / 2)
+    k_during = cc.read_map("bwf_kcount")
+    for p in senders:
+        p.wait(secs + 20)
+    assert all(k_during.get(ip) == 1 for ip in VMS), k_during   # K: one sending WC flow per VM
+    deadline = time.time() + 15   # closed sockets drain their send buffers, then release: K back to 0
+    while any(cc.read_map("bwf_kcount").get(ip) for ip in VMS):
+        assert time.time() < deadline, cc.read_map("bwf_kcount")
+        time.sleep(0.2)
+    import json
+    got = json.loads(sink.communicate(timeout=20)[0].strip().splitlines()[-1])
+    total = sum(got.values())
+    return [got[ip] / total for ip in VMS], total * 8 / (secs - warm) / 1e6
+
+
+def test_wc_increase_factor_sets_the_share(bottleneck):
+    even, mbps = _shares(bottleneck, (1.0, 1.0))
+    strong_first, _ = _shares(bottleneck, (1.0, 0.5))      # alpha_w 1 vs 1/4
+    strong_second, _ = _shares(bottleneck, (0.5, 1.0))
+    print(f"bottleneck used {mbps:.1f} Mb/s; shares even {even}, 1 vs 1/4 {strong_first}, "
+          f"1/4 vs 1 {strong_second}")
+    assert mbps > 36                                          # the pair keeps the 40 Mb/s link busy
+    assert 0.4 < even[0] < 0.6
+    assert strong_first[0] / strong_first[1] > 1.3           # sqrt(4) = 2 in theory
+    assert strong_second[1] / strong_second[0] > 1.3
