@@ -42,9 +42,12 @@ def _quiet_htb_quantum_warnings() -> None:
 
 
 class Fabric:
-    def __init__(self, topo: TopologyDescription, of_port: int = 6653):
+    def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None):
+        """``queues``: None, or a BG/WC queue back-end for every switch port
+        (``tc`` on userspace OVS; see apps.prio_queues.backends)."""
         self.topo = topo
         self.of_port = of_port
+        self.queues = queues
         self.net = None
         self.warnings: list[str] = []
 
@@ -71,6 +74,8 @@ class Fabric:
         try:
             self.net.start()
             self._tune()
+            if self.queues:
+                self._queues()
         except Exception:
             self.stop()
             raise
@@ -113,6 +118,21 @@ class Fabric:
                 if node.name in switches:
                     subprocess.run(["ovs-vsctl", "set", "interface", intf.name,
                                     f"mtu_request={mtu}"], check=True, capture_output=True)
+
+    def _queues(self) -> None:
+        from apps.prio_queues.backends import PortQueues, backend
+        be = backend(self.queues)
+        spec = {}
+        for lk in self.topo.links:
+            spec[(lk.a, lk.a_port)] = spec[(lk.b, lk.b_port)] = lk
+        switches = {sw.name for sw in self.topo.switches}
+        for link in self.net.links:
+            for intf in (link.intf1, link.intf2):
+                node = intf.node
+                if node.name not in switches:
+                    continue
+                lk = spec[(node.name, node.ports[intf])]
+                be.apply(PortQueues.of(intf.name, lk.capacity_mbps * 1e6, lk.queue_bytes or 225000))
 
     def clear_forwarding(self) -> None:
         """Remove every flow and group from our switches (between two

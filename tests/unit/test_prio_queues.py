@@ -47,3 +47,22 @@ def test_non_ip_is_forwarded_on_the_default_queue(net):
     trace = net.trace("h1", net.packet("h1", "h16", proto="arp"))
     assert trace.delivered_to == "h16" and all(h.queue_id in (None, QUEUE_BG) for h in trace.hops)
     assert net.packet_ins == []
+
+
+def test_tc_backend_plan_guarantees_bg_and_lets_wc_borrow():
+    from apps.prio_queues.backends import BackendError, PortQueues, ovsdb_plan, tc_plan
+    from hostagent import plan as P
+    q = PortQueues.of("e0_0-eth3", 10e6, 225000)
+    steps = tc_plan(q)
+    classes = {s.classid: s for s in steps if isinstance(s, P.TcClass)}
+    assert classes[P.CLASS_BG].rate_bps == 9_900_000 and classes[P.CLASS_BG].prio == 0
+    assert classes[P.CLASS_WC].rate_bps == 100_000 and classes[P.CLASS_WC].ceil_bps == 10_000_000
+    assert classes[P.CLASS_WC].prio == 1
+    assert [s for s in steps if isinstance(s, P.TcFilter)] == [P.TcFilter("e0_0-eth3", 1, (0x20, 0xFC), P.CLASS_WC)]
+    assert steps[0] == P.TcQdisc("e0_0-eth3", "1:", P.CLASS_BG)          # non-IP and ToS 0 -> BG
+    assert {s.limit_bytes for s in steps if isinstance(s, P.TcLeaf)} == {225000}
+    args = ovsdb_plan(q)
+    assert "queues:0=@bg" in args and "queues:1=@wc" in args and "other-config:priority=1" in args
+    assert "other-config:min-rate=9900000" in args
+    with pytest.raises(BackendError, match="e0_0-eth3"):
+        PortQueues.of("e0_0-eth3", 0, 1000)

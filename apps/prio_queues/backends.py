@@ -1,0 +1,126 @@
+"""Queue back-ends for the BG/WC classes on switch ports, behind one
+interface: ``plan(port, rate_bps)`` says what to put in force on one port,
+``apply``/``remove`` do it on the machine that runs the switch.
+
+- ``ovsdb``: an OVSDB QoS row of type linux-htb with queue 0 (BG: priority
+  0, min-rate = the port rate minus WC's floor) and queue 1 (WC: priority 1,
+  min-rate = the floor, max-rate = the port rate); table 0's ``set_queue``
+  picks the queue. For kernel-datapath OVS and for Pica8 (PicOS runs the same
+  OVSDB schema).
+- ``tc``: userspace OVS ignores ``set_queue`` (PLATFORM.md), so the classes
+  are built with tc on each port's egress and keyed on the ToS byte that
+  table 0 has already normalised (0x00 BG, 0x20 WC; non-IP goes BG). HTB
+  cannot be strictly prioritised: BG is guaranteed the port rate minus WC's
+  floor and WC may borrow whatever BG leaves (HTB serves the lower prio
+  first when both borrow); the smaller the floor, the stricter.
+
+Both keep queue numbers from :mod:`apps.prio_queues.logic`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from apps.prio_queues.logic import QUEUE_BG, QUEUE_WC, TOS_WC
+from hostagent import plan as P
+
+WC_FLOOR_FRACTION = 0.01   # WC's guaranteed share of a port (HTB needs some rate)
+BACKENDS = ("tc", "ovsdb")
+
+
+class BackendError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class PortQueues:
+    port: str            # interface name of the switch port
+    rate_bps: int
+    queue_bytes: int     # per-class FIFO (tc back-end)
+    wc_floor_bps: int
+
+    @classmethod
+    def of(cls, port: str, rate_bps: float, queue_bytes: int, wc_floor_fraction: float = WC_FLOOR_FRACTION):
+        if rate_bps <= 0 or queue_bytes <= 0 or not 0 < wc_floor_fraction < 0.5:
+            raise BackendError(f"port {port}: need rate > 0, queue_bytes > 0, 0 < WC floor fraction < 0.5")
+        return cls(port, int(rate_bps), int(queue_bytes), max(8000, int(rate_bps * wc_floor_fraction)))
+
+
+def tc_plan(q: PortQueues) -> list:
+    """HTB tree on one switch port (steps of :mod:`hostagent.plan`, applied by
+    its executor): 1:10 BG (prio 0), 1:20 WC (prio 1), ToS 0x20 -> WC."""
+    bg_rate = q.rate_bps - q.wc_floor_bps
+    return [
+        P.TcQdisc(q.port, P.TC_HANDLE, P.CLASS_BG),           # unmatched (ToS 0x00, non-IP): BG
+        P.TcClass(q.port, P.CLASS_ROOT, P.TC_HANDLE, q.rate_bps, q.rate_bps, 0),
+        P.TcClass(q.port, P.CLASS_BG, P.CLASS_ROOT, bg_rate, q.rate_bps, 0),
+        P.TcLeaf(q.port, P.CLASS_BG, "1010:", q.queue_bytes),
+        P.TcClass(q.port, P.CLASS_WC, P.CLASS_ROOT, q.wc_floor_bps, q.rate_bps, 1),
+        P.TcLeaf(q.port, P.CLASS_WC, "1020:", q.queue_bytes),
+        P.TcFilter(q.port, 1, (TOS_WC, 0xFC), P.CLASS_WC),
+    ]
+
+
+def ovsdb_plan(q: PortQueues) -> list[str]:
+    """``ovs-vsctl`` arguments (one transaction) giving the port a linux-htb
+    QoS with the BG and WC queues."""
+    bg_min = q.rate_bps - q.wc_floor_bps
+    return ["--", "set", "port", q.port, "qos=@qos",
+            "--", "--id=@qos", "create", "qos", "type=linux-htb", f"other-config:max-rate={q.rate_bps}",
+            f"queues:{QUEUE_BG}=@bg", f"queues:{QUEUE_WC}=@wc",
+            "--", "--id=@bg", "create", "queue", f"other-config:min-rate={bg_min}",
+            f"other-config:max-rate={q.rate_bps}", "other-config:priority=0",
+            "--", "--id=@wc", "create", "queue", f"other-config:min-rate={q.wc_floor_bps}",
+            f"other-config:max-rate={q.rate_bps}", "other-config:priority=1"]
+
+
+class TcBackend:
+    """One executor per port (the root namespace of the switch host)."""
+
+    def __init__(self):
+        from hostagent.executor import Executor
+        self._executor = Executor
+        self.ports: dict[str, object] = {}
+
+    def apply(self, q: PortQueues) -> None:
+        ex = self.ports.setdefault(q.port, self._executor())
+        ex.apply(P.Plan(tuple(tc_plan(q))))
+
+    def remove(self, port: str) -> None:
+        ex = self.ports.pop(port, None)
+        if ex is not None:
+            ex.teardown()
+
+
+class OvsdbBackend:
+    def apply(self, q: PortQueues) -> None:
+        self.remove(q.port)
+        res = subprocess.run(["ovs-vsctl", *ovsdb_plan(q)], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise BackendError(f"ovs-vsctl QoS on {q.port}: {res.stderr.strip()}")
+
+    def remove(self, port: str) -> None:
+        """Clear the port's QoS and destroy that QoS row and its queues (only those)."""
+        qos = _vsctl("get", "port", port, "qos").strip()
+        if not qos or qos == "[]":
+            return
+        queues = _vsctl("get", "qos", qos, "queues").strip().strip("{}")
+        queue_ids = [item.split("=")[1].strip() for item in queues.split(",") if "=" in item]
+        _vsctl("clear", "port", port, "qos")
+        _vsctl("destroy", "qos", qos, *[a for q in queue_ids for a in ("--", "destroy", "queue", q)])
+
+
+def _vsctl(*args: str) -> str:
+    res = subprocess.run(["ovs-vsctl", *args], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise BackendError(f"ovs-vsctl {' '.join(args)}: {res.stderr.strip()}")
+    return res.stdout
+
+
+def backend(name: str):
+    if name == "tc":
+        return TcBackend()
+    if name == "ovsdb":
+        return OvsdbBackend()
+    raise BackendError(f"queue back-end {name!r}: one of {', '.join(BACKENDS)}")
