@@ -13,7 +13,11 @@ Message types (controller -> agent):
   agent validates it, plans, applies; a bad config changes nothing and the
   reply names the problem; if applying fails half-way the previous
   configuration is applied again;
-- ``status``: what is in force, the BPF side's state, counters.
+- ``status``: what is in force, counters, the live Eq. 1 buffer.
+
+Every 2 s the agent recomputes Eq. 1's buffer, B = beta * maxRTT * sum(BW),
+from its live MPTCP subflows (``ss``) and re-applies the buffer sysctls when
+B moves by more than 20 %.
 
 A forged, replayed or malformed message is refused, logged, and answered
 with an error (nothing else happens). If the controller goes away, the
@@ -112,6 +116,7 @@ class Agent:
         self.tx = Sender(key, host, direction="a2c")
         self.executor = Executor(state_file=state_dir / "executor.json")
         self.config: HostConfig | None = None
+        self.rcvbuf: int | None = None   # Eq. 1's buffer from live subflows (None: not measured yet)
         self.rejected = 0
         self.lock = threading.Lock()
 
@@ -136,14 +141,14 @@ class Agent:
             cfg = HostConfig.from_dict(body)
             if cfg.host != self.host:
                 raise PlanError(f"configuration for host {cfg.host!r} sent to agent {self.host!r}")
-            plan = host_plan(cfg)
+            plan = host_plan(cfg, self.rcvbuf)
             previous = self.config
             try:
                 changes = self.executor.apply(plan)
             except Exception as exc:
                 if previous is not None:  # put the previous configuration back
                     try:
-                        self.executor.apply(host_plan(previous))
+                        self.executor.apply(host_plan(previous, self.rcvbuf))
                     except Exception as again:
                         log.error("restoring the previous configuration failed too: %s", again)
                 raise ExecError(f"applying the configuration failed ({exc}); the previous one is in force"
@@ -153,9 +158,40 @@ class Agent:
                      changes, cfg.guarantee_mbps, cfg.wc_subflows, cfg.a_l)
             return {"ok": True, "changes": changes}
         if msg_type == "status":
-            return {"ok": True, "host": self.host, "rejected": self.rejected,
+            return {"ok": True, "host": self.host, "rejected": self.rejected, "rcvbuf_bytes": self.rcvbuf,
                     "config": None if self.config is None else asdict(self.config)}
         raise PlanError(f"unknown message type {msg_type!r} (config, status)")
+
+    def refresh_buffer(self, ss_text: str) -> bool:
+        """Eq. 1 from live subflows: B = beta * maxRTT * sum(BW); re-applied
+        when it moves by more than 20 %. Returns whether it was."""
+        from hostagent.observe import buffer_inputs, parse_ss
+        from hostagent.policy import receive_buffer_bytes
+        with self.lock:
+            if self.config is None:
+                return False
+            max_rtt, total = buffer_inputs(parse_ss(ss_text))
+            if total <= 0:
+                return False
+            want = receive_buffer_bytes(max_rtt, total, self.config.beta)
+            if self.rcvbuf is not None and abs(want - self.rcvbuf) <= 0.2 * self.rcvbuf:
+                return False
+            self.rcvbuf = want
+            self.executor.apply(host_plan(self.config, want))
+            log.info("receive/send buffer %d B (Eq. 1: maxRTT %.1f ms, sum BW %.1f Mb/s)", want,
+                     max_rtt * 1e3, total / 1e6)
+            return True
+
+    def buffer_loop(self, period_s: float = 2.0) -> None:
+        import subprocess
+        import time
+        while True:
+            time.sleep(period_s)
+            try:
+                out = subprocess.run(["ss", "-tinH"], capture_output=True, text=True, timeout=5).stdout
+                self.refresh_buffer(out)
+            except Exception as exc:  # observation must never take the agent down
+                log.warning("buffer refresh: %s", exc)
 
     def serve(self, server: socket.socket) -> None:
         while True:
@@ -227,6 +263,7 @@ def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     threading.Thread(target=agent.serve, args=(server,), daemon=True).start()
+    threading.Thread(target=agent.buffer_loop, daemon=True).start()
     log.info("listening on %s", listen_address)
     done.wait()
     log.info("shutting down: removing what this agent put in force")

@@ -214,12 +214,15 @@ class Plan:
 # ---- planners ---------------------------------------------------------------------------------
 def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl]:
     """MPTCP on; BG subflows' default congestion control; Eq. 1's buffer as
-    tcp_rmem's ceiling (autotuning grows up to it). Without live RTTs yet,
-    the buffer is planned for 1 ms RTT at the NIC rate."""
+    tcp_rmem's and tcp_wmem's ceilings (autotuning grows up to them). Until
+    the agent has live RTTs (see hostagent.observe), the buffer is planned
+    for 1 ms RTT at the NIC rate."""
     buf = rcvbuf_bytes if rcvbuf_bytes is not None else receive_buffer_bytes(1e-3, cfg.nic_mbps * 1e6, cfg.beta)
     return [Sysctl("net.mptcp.enabled", "1"),
             Sysctl("net.ipv4.tcp_congestion_control", BG_CC),
-            Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}")]
+            Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
+            # the sender holds as much: data waiting on a slow subflow must not stall the others
+            Sysctl("net.ipv4.tcp_wmem", f"4096 16384 {buf}")]
 
 
 def mptcp_plan(cfg: HostConfig) -> list[MptcpLimits | MptcpEndpoint]:

@@ -129,6 +129,7 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     ss = ns(names["a"], "ss", "-tniH", "dst", IPS["b"]).stdout
     kcount = cc.read_map("bwf_kcount").get(IPS["a"])
     client.wait(20)
+    live = clients["a"].request("status", {})          # Eq. 1 recomputed from the live subflows
     received = int(server.communicate(timeout=20)[0].strip())
     counters = ns(names["a"], "nft", "list", "table", "ip", "bwftest").stdout
     ns(names["a"], "nft", "delete", "table", "ip", "bwftest")
@@ -141,6 +142,7 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     assert "bwf_wc" in ss and "reno" in ss           # the WC subflow runs the BPF CC, the BG one Reno
     assert kcount == 1                               # K: one sending WC subflow for VM a
     assert cc.read_map("bwf_alevel")[IPS["a"]] == 1024     # A_l = 1 (policy equal)
+    assert live["rcvbuf_bytes"] is not None and live["rcvbuf_bytes"] >= 128 * 1024, live
     bg_mbps = bg_ok * 8 / 4 / 1e6                    # BG held to its 20 Mb/s guarantee by HTB
     assert 15 < bg_mbps < 20 * 1.1, bg_mbps
     print(f"BG {bg_mbps:.1f} Mb/s, WC {wc_ok * 8 / 4 / 1e6:.1f} Mb/s, received {received * 8 / 4 / 1e6:.1f} Mb/s")

@@ -98,3 +98,24 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE))]
     whole = P.host_plan(cfg)
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
+
+
+SS_SAMPLE = """ESTAB 0      0      10.9.1.1:37807 10.9.1.2:10101
+\t bwf_wc wscale:9,9 rto:204 rtt:2.489/4.425 mss:1448 cwnd:110 send 511948574bps delivery_rate 2734976bps tcp-ulp-mptcp flags:Jjec
+ESTAB 0      3360   10.9.1.1:42874 10.9.1.2:5001
+\t reno wscale:9,9 rto:220 rtt:19.891/7.242 mss:1448 cwnd:138 delivery_rate 24522528bps tcp-ulp-mptcp flags:Mmec
+ESTAB 0      0      10.9.1.1:22 10.9.1.5:40000
+\t cubic wscale:7,7 rto:204 rtt:0.5/0.2 mss:1448 delivery_rate 1000000bps
+"""
+
+
+def test_live_subflows_feed_eq1():
+    from hostagent.observe import buffer_inputs, parse_ss
+    subs = parse_ss(SS_SAMPLE)
+    assert len(subs) == 2                                  # the plain TCP socket is not a subflow
+    max_rtt, total = buffer_inputs(subs)
+    assert max_rtt == pytest.approx(0.019891) and total == pytest.approx(2734976 + 24522528)
+    assert len(parse_ss(SS_SAMPLE, mptcp_only=False)) == 3
+    assert buffer_inputs([]) == (0.0, 0.0)
+    # Eq. 1 with these: 3 * 19.9 ms * 27.3 Mb/s / 8 = 203 KB
+    assert receive_buffer_bytes(max_rtt, total) == int(3 * 0.019891 * (2734976 + 24522528) / 8)

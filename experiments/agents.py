@@ -1,0 +1,91 @@
+"""Host agents on an emulated fabric: one ``bwfabric agent`` per Mininet host
+(in the host's network namespace), a fresh master secret per run, and the
+controller-side clients that configure them over the authenticated channel.
+The BPF side (WC congestion control, sock_ops) is loaded once per machine
+and unloaded at the end if this run loaded it."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from experiments.fabric import Fabric
+from hostagent import cc
+from hostagent.agent import AgentClient
+from hostagent.channel import host_key
+
+
+class AgentError(RuntimeError):
+    pass
+
+
+class Agents:
+    def __init__(self, fab: Fabric, workdir: Path, hosts: list[str] | None = None):
+        self.fab = fab
+        self.workdir = workdir
+        self.hosts = hosts or [h.name for h in fab.topo.hosts]
+        self.master = secrets.token_bytes(32)
+        self.procs: dict[str, object] = {}
+        self.clients: dict[str, AgentClient] = {}
+        self.loaded_cc = False
+
+    def start(self) -> "Agents":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not cc.cc_registered():
+            cc.load()
+            self.loaded_cc = True
+        for h in self.hosts:
+            key_file = self.workdir / f"{h}.key"
+            key_file.write_text(host_key(self.master, h).hex())
+            key_file.chmod(0o600)
+            sock = self.workdir / f"{h}.sock"
+            self.procs[h] = self.fab.host(h).popen(
+                [sys.executable, "-m", "bwfabric.cli", "agent", "--host", h, "--key-file", str(key_file),
+                 "--listen", f"unix:{sock}", "--state-dir", str(self.workdir / f"state-{h}")],
+                stdout=open(self.workdir / f"agent-{h}.log", "w"), stderr=-2)
+            self.clients[h] = AgentClient(f"unix:{sock}", h, host_key(self.master, h))
+        deadline = time.monotonic() + 20
+        for h in self.hosts:
+            while not (self.workdir / f"{h}.sock").exists():
+                if self.procs[h].poll() is not None or time.monotonic() > deadline:
+                    raise AgentError(f"agent {h} did not start: "
+                                     f"{(self.workdir / f'agent-{h}.log').read_text()[-1000:]}")
+                time.sleep(0.1)
+        return self
+
+    def configure(self, host: str, **cfg) -> dict:
+        """Send a configuration; the interface, address and NIC rate come
+        from the topology unless given."""
+        topo = self.fab.topo
+        link = next(lk for lk in topo.links if host in (lk.a, lk.b))
+        base = dict(host=host, interface=f"{host}-eth0", address=topo.host(host).ip,
+                    nic_mbps=link.capacity_mbps)
+        reply = self.clients[host].request("config", {**base, **cfg})
+        if not reply.get("ok"):
+            raise AgentError(f"agent {host}: {reply.get('error')}")
+        return reply
+
+    def stop(self) -> None:
+        for c in self.clients.values():
+            c.close()
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(10)
+            except Exception:
+                p.kill()
+        if self.loaded_cc:
+            try:
+                cc.unload(wait_s=15)
+            except cc.CcError as exc:
+                print(f"warning: {exc}", file=sys.stderr)
+
+    def __enter__(self) -> "Agents":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
