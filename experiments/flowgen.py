@@ -3,6 +3,7 @@
     python -m experiments.flowgen server --port 7000 --out rx.json [--mptcp]
     python -m experiments.flowgen client --plan plan.json --t0 EPOCH --deadline S --out flows.jsonl
     python -m experiments.flowgen storm --dst IP --rate N --duration S   (many one-packet UDP flows)
+    python -m experiments.flowgen bulk --dst IP --port P --duration S [--conns N] [--mptcp]
 
 A flow is one TCP (or MPTCP) connection: an 8-byte size header, then that
 many bytes; the server answers one byte when all have arrived, and the client
@@ -155,6 +156,37 @@ def storm(dst: str, rate: float, duration: float, port_base: int = 20000, ports:
         time.sleep(0.002)
 
 
+def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool) -> int:
+    """``conns`` parallel connections sending as fast as they can for
+    ``duration`` seconds (or until SIGTERM); returns the bytes sent."""
+    sent = [0] * conns
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def one(i: int) -> None:
+        s = _socket(mptcp)
+        s.connect((dst, port))
+        s.sendall(struct.pack("!Q", 1 << 60))
+        payload = b"\0" * CHUNK
+        s.settimeout(1.0)
+        while not stop.is_set():
+            try:
+                sent[i] += s.send(payload)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+        s.close()
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(conns)]
+    for t in threads:
+        t.start()
+    stop.wait(duration)
+    stop.set()
+    for t in threads:
+        t.join(3)
+    return sum(sent)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="flowgen")
     sub = p.add_subparsers(dest="mode", required=True)
@@ -172,8 +204,16 @@ def main(argv: list[str] | None = None) -> None:
     st.add_argument("--dst", required=True)
     st.add_argument("--rate", type=float, required=True, help="new UDP 5-tuples per second")
     st.add_argument("--duration", type=float, required=True)
+    bk = sub.add_parser("bulk")
+    bk.add_argument("--dst", required=True)
+    bk.add_argument("--port", type=int, required=True)
+    bk.add_argument("--duration", type=float, required=True)
+    bk.add_argument("--conns", type=int, default=1)
+    bk.add_argument("--mptcp", action="store_true")
     args = p.parse_args(argv)
-    if args.mode == "storm":
+    if args.mode == "bulk":
+        print(bulk(args.dst, args.port, args.duration, args.conns, args.mptcp))
+    elif args.mode == "storm":
         print(storm(args.dst, args.rate, args.duration))
     elif args.mode == "server":
         serve(args.port, args.out, args.mptcp)

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from experiments import lessor_dynamics, lessor_eval, routing_comparison
+from experiments import bgwc, lessor_dynamics, lessor_eval, routing_comparison
 from experiments.options import OptionError, parse_options
 
 EXPERIMENTS = {
@@ -23,6 +23,7 @@ EXPERIMENTS = {
                        "a fabric link fails under LESSOR's long flows: blackhole time vs polling period"),
     "lessor-polling": (lessor_dynamics, lessor_dynamics.POLLING,
                        "Algorithm 1: polling period and controller CPU over idle / flow storm / idle"),
+    **{f"bgwc-{k}": (bgwc, {"kind": k}, f"BG/WC testbed: {help_}") for k, help_ in bgwc.KINDS.items()},
 }
 
 

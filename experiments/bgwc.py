@@ -1,0 +1,411 @@
+"""BG/WC experiments on the paper's testbed (S1-S4 -> S5-S8 through one
+shared link), with the prio_queues app and tc queues on every switch port,
+a host agent per server (MPTCP: 1 BG + N WC subflows, nftables marking, HTB
+guarantee, bwf_wc congestion control, Eq. 1 buffers).
+
+Rates are measured at the receivers: an nftables table in each receiver's
+namespace counts arriving bytes per sender and class (ToS 0x00 TCP = BG,
+0x20 = WC, UDP), sampled every ``sample_s``.
+
+Kinds (one command per figure: ``bwfabric experiment bgwc-fig12`` ...):
+- ``fig12``: guarantees in the ratio 350:250:200:100 of the link; each
+  sender runs one MPTCP connection; halfway each also sends UDP at 5 % of
+  the link (UDP is BG: its BG TCP should drop by as much).
+- ``fig13``: the same without UDP; S2 stops for ``stop_s`` seconds, then
+  restarts.
+- ``table3``: S1-S3 share the link with the A_l policy, rows (400/200/200,
+  300/100/100, 400/200/100, 400/200/off of 1000, scaled): WC in proportion
+  to A_l.
+- ``fig14``: S1 opens ``conns`` connections (3, then 5), S3 and S4 one
+  each; with policy ``equal`` (A_l = 1 each) WC should be equal per VM, with
+  no policy (A_l = K, plain per-subflow Reno) proportional to subflows.
+- ``adversarial``: S4 marks everything BG and sends UDP far above its
+  guarantee; the others must keep their guarantees.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from experiments import results as R
+from experiments.agents import Agents
+from experiments.controller_proc import ControllerProcess
+from experiments.fabric import Fabric
+from experiments.options import OptionError
+from mininet_topos import builders
+
+KINDS = {
+    "fig12": "guarantees 350:250:200:100, then +5 % UDP each: BG holds, WC shares the rest",
+    "fig13": "S2 stops, others' WC take its share; S2 regains its guarantee",
+    "table3": "three senders, WC in proportion to A_l (four rows)",
+    "fig14": "S1 with 3 and 5 connections: WC per VM with and without the policy",
+    "adversarial": "an unmanaged S4 floods BG/EF UDP and many TCP connections",
+}
+SENDERS = ("s1", "s2", "s3", "s4")
+PAIR = {"s1": "s5", "s2": "s6", "s3": "s7", "s4": "s8"}
+PAPER_LINK = 1000.0
+PAPER_UNIT = 75.0
+DATA_PORT = 7100
+UDP_PORT = 7200
+TABLE3_ROWS = ((400, 200, 200), (300, 100, 100), (400, 200, 100), (400, 200, None))
+
+
+@dataclass
+class Config:
+    kind: str = "fig12"
+    link_mbps: float = 100.0
+    duration: float = 30.0
+    sample_s: float = 0.5
+    stop_at: float = 15.0          # fig13
+    stop_s: float = 20.0
+    conns: tuple[int, ...] = (3, 5)  # fig14: S1's connection counts
+    wc_subflows: int = 1
+    of_port: int = 6653
+
+    def check(self) -> None:
+        if self.kind not in KINDS:
+            raise OptionError(f"option kind={self.kind!r}: one of {', '.join(KINDS)}")
+        if self.link_mbps <= 0 or self.duration <= 4 or self.sample_s <= 0:
+            raise OptionError("options link_mbps, duration (> 4 s), sample_s must be positive")
+
+    @property
+    def scale(self) -> float:
+        return self.link_mbps / PAPER_LINK
+
+    @property
+    def unit_mbps(self) -> float:
+        return PAPER_UNIT * self.scale
+
+
+def _meter_rules(topo) -> str:
+    rules = []
+    for snd in SENDERS:
+        ip = topo.host(snd).ip
+        rules += [f'ip saddr {ip} meta l4proto tcp ip dscp cs0 counter comment "bg-{snd}"',
+                  f'ip saddr {ip} meta l4proto tcp ip dscp cs1 counter comment "wc-{snd}"',
+                  f'ip saddr {ip} meta l4proto udp counter comment "udp-{snd}"']
+    body = "\n    ".join(rules)
+    return ("table ip bwfmeter {\n  chain in {\n    type filter hook input priority filter; policy accept;\n    "
+            f"{body}\n  }}\n}}\n")
+
+
+class Meter:
+    """Per-sender, per-class byte counters at the receivers, sampled."""
+
+    def __init__(self, fab: Fabric, receivers: list[str], period_s: float):
+        self.fab, self.receivers, self.period_s = fab, receivers, period_s
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self._stop = threading.Event()
+        self.t0 = time.time()
+
+    def _nft(self, host: str, *args: str, stdin: str | None = None) -> str:
+        pid = self.fab.host(host).pid
+        res = subprocess.run(["mnexec", "-a", str(pid), "nft", *args], input=stdin, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"nft on {host}: {res.stderr.strip()}")
+        return res.stdout
+
+    def start(self) -> "Meter":
+        rules = _meter_rules(self.fab.topo)
+        for h in self.receivers:
+            self._nft(h, "-f", "-", stdin="table ip bwfmeter {}\ndelete table ip bwfmeter\n" + rules)
+        self.t0 = time.time()
+        threading.Thread(target=self._loop, daemon=True).start()
+        return self
+
+    def read(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for h in self.receivers:
+            data = json.loads(self._nft(h, "-j", "list", "table", "ip", "bwfmeter"))
+            for item in data["nftables"]:
+                rule = item.get("rule")
+                if not rule or "comment" not in rule:
+                    continue
+                counter = next(e["counter"] for e in rule["expr"] if "counter" in e)
+                total[rule["comment"]] = total.get(rule["comment"], 0) + counter["bytes"]
+        return total
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time() - self.t0, self.read()))
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for h in self.receivers:
+            try:
+                self._nft(h, "delete", "table", "ip", "bwfmeter")
+            except RuntimeError:
+                pass
+
+    def rates(self) -> list[dict]:
+        """Mb/s per counter between consecutive samples, stamped at the interval's end."""
+        out = []
+        for (t0, a), (t1, b) in zip(self.samples, self.samples[1:]):
+            out.append({"t": round(t1, 3), **{k: (b.get(k, 0) - a.get(k, 0)) * 8 / (t1 - t0) / 1e6 for k in b}})
+        return out
+
+
+def window_mean(rates: list[dict], key: str, t_from: float, t_to: float) -> float:
+    vals = [r.get(key, 0.0) for r in rates if t_from < r["t"] <= t_to]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+class Traffic:
+    def __init__(self, fab: Fabric, cfg: Config):
+        self.fab, self.cfg = fab, cfg
+        self.procs: dict[str, list] = {}
+        py = [sys.executable, "-m", "experiments.flowgen"]
+        self.sinks = [fab.host(r).popen(py + ["server", "--port", str(DATA_PORT), "--out", "/dev/null",
+                                              "--mptcp"]) for r in PAIR.values()]
+        self.udp_sinks = [fab.host(r).popen(["iperf3", "-s", "-p", str(UDP_PORT)]) for r in PAIR.values()]
+        time.sleep(1.0)
+
+    def bulk(self, snd: str, secs: float, conns: int = 1) -> None:
+        dst = self.fab.topo.host(PAIR[snd]).ip
+        self.procs.setdefault(snd, []).append(self.fab.host(snd).popen(
+            [sys.executable, "-m", "experiments.flowgen", "bulk", "--dst", dst, "--port", str(DATA_PORT),
+             "--duration", str(secs), "--conns", str(conns), "--mptcp"]))
+
+    def udp(self, snd: str, mbps: float, secs: float, tos: int = 0) -> None:
+        dst = self.fab.topo.host(PAIR[snd]).ip
+        self.procs.setdefault(snd, []).append(self.fab.host(snd).popen(
+            ["iperf3", "-c", dst, "-p", str(UDP_PORT), "-u", "-b", f"{mbps}M", "-t", str(int(secs)), "-S", str(tos),
+             "-l", "8000"], stdout=subprocess.DEVNULL))
+
+    def stop(self, snd: str) -> None:
+        for p in self.procs.pop(snd, []):
+            if p.poll() is None:
+                p.terminate()
+
+    def close(self) -> None:
+        for snd in list(self.procs):
+            self.stop(snd)
+        for p in self.sinks + self.udp_sinks:
+            if p.poll() is None:
+                p.terminate()
+            p.wait(5)
+
+
+def run(cfg: Config, out_dir: Path) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    topo = builders.bgwc_testbed(link_mbps=cfg.link_mbps)
+    topo.save(out_dir / "topology.json")
+    report: dict = {"config": asdict(cfg), "scale": f"{cfg.link_mbps:g} Mb/s links for the paper's "
+                    f"{PAPER_LINK:g}: rates x{cfg.scale:g}; U = {cfg.unit_mbps:g} Mb/s"}
+    with Fabric(topo, of_port=cfg.of_port, queues="tc") as fab, \
+            ControllerProcess(out_dir / "topology.json", ["single_path", "prio_queues"], cfg.of_port,
+                              out_dir / "controller.log"), \
+            Agents(fab, out_dir / "agents") as agents:
+        fab.wait_routes(60)
+        report["warnings"] = list(fab.warnings)
+        report.update(KIND_RUNNERS[cfg.kind](fab, agents, cfg))
+    R.write_json(out_dir / "results.json", report)
+    plot(report, out_dir / "results.png")
+    print(json.dumps(report.get("verdict", {}), indent=1))
+    print(f"\nresults: {out_dir / 'results.json'}  plot: {out_dir / 'results.png'}")
+    return report
+
+
+def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy: str = "guarantee",
+               explicit: dict[str, float] | None = None, wc_subflows: int | None = None) -> None:
+    for h in PAIR.values():   # receivers: endpoints for the joins; their BG is the BG subflows' ACKs
+        agents.configure(h, guarantee_mbps=cfg.link_mbps, wc_subflows=cfg.wc_subflows, policy="equal")
+    for snd, g in guarantees.items():
+        extra = {"competition": explicit[snd]} if explicit and snd in explicit else {}
+        agents.configure(snd, guarantee_mbps=g, wc_subflows=wc_subflows or cfg.wc_subflows,
+                         policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, **extra)
+
+
+def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:
+    g = {s: r * cfg.scale for s, r in zip(SENDERS, (350, 250, 200, 100))}
+    _configure(agents, cfg, g)
+    traffic = Traffic(fab, cfg)
+    meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
+    half = cfg.duration / 2
+    udp_mbps = 0.05 * cfg.link_mbps
+    try:
+        for s in SENDERS:
+            traffic.bulk(s, cfg.duration)
+        time.sleep(half)
+        for s in SENDERS:
+            traffic.udp(s, udp_mbps, half)
+        time.sleep(half + 0.5)
+    finally:
+        meter.stop()
+        traffic.close()
+    rates = meter.rates()
+    phases = {"tcp": (3.0, half), "tcp+udp": (half + 3.0, cfg.duration)}
+    table = {}
+    for name, (a, b) in phases.items():
+        table[name] = {s: {"guarantee": g[s], "bg": window_mean(rates, f"bg-{s}", a, b),
+                           "wc": window_mean(rates, f"wc-{s}", a, b), "udp": window_mean(rates, f"udp-{s}", a, b)}
+                       for s in SENDERS}
+    verdict = {}
+    for name, rows in table.items():
+        held = {s: (r["bg"] + r["udp"]) / r["guarantee"] for s, r in rows.items()}
+        used = sum(r["bg"] + r["wc"] + r["udp"] for r in rows.values()) / cfg.link_mbps
+        verdict[name] = {"min_bg_of_guarantee": min(held.values()), "link_use": used,
+                         "bg_of_guarantee": held}
+    return {"rates": rates, "phases": table, "verdict": verdict}
+
+
+def _fig13(fab: Fabric, agents: Agents, cfg: Config) -> dict:
+    g = {s: r * cfg.scale for s, r in zip(SENDERS, (350, 250, 200, 100))}
+    _configure(agents, cfg, g)
+    traffic = Traffic(fab, cfg)
+    meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
+    total = cfg.stop_at + cfg.stop_s + 15.0
+    try:
+        for s in SENDERS:
+            traffic.bulk(s, total)
+        time.sleep(cfg.stop_at)
+        traffic.stop("s2")
+        time.sleep(cfg.stop_s)
+        traffic.bulk("s2", total)
+        time.sleep(15.0)
+    finally:
+        meter.stop()
+        traffic.close()
+    rates = meter.rates()
+    t_stop, t_back = cfg.stop_at, cfg.stop_at + cfg.stop_s
+    others = [s for s in SENDERS if s != "s2"]
+    s2_before = window_mean(rates, "bg-s2", t_stop - 5, t_stop) + window_mean(rates, "wc-s2", t_stop - 5, t_stop)
+    wc_before = sum(window_mean(rates, f"wc-{s}", t_stop - 5, t_stop) for s in others)
+    wc_after2 = sum(window_mean(rates, f"wc-{s}", t_stop + 1.5, t_stop + 2.5) for s in others)
+    s2_back = window_mean(rates, "bg-s2", t_back + 1.5, t_back + 2.5)
+    return {"rates": rates, "verdict": {
+        "freed_mbps": s2_before, "others_wc_before": wc_before, "others_wc_2s_after": wc_after2,
+        "captured_fraction_2s": (wc_after2 - wc_before) / s2_before if s2_before else None,
+        "s2_bg_2s_after_restart_of_guarantee": s2_back / g["s2"]}}
+
+
+def _table3(fab: Fabric, agents: Agents, cfg: Config) -> dict:
+    rows = []
+    for row in TABLE3_ROWS:
+        g = {s: (r or 0) * cfg.scale for s, r in zip(SENDERS[:3], row)}
+        explicit = {s: (0.0 if r is None else r * cfg.scale / cfg.unit_mbps) for s, r in zip(SENDERS[:3], row)}
+        _configure(agents, cfg, g, explicit=explicit)
+        traffic = Traffic(fab, cfg)
+        meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
+        try:
+            for s in SENDERS[:3]:
+                traffic.bulk(s, cfg.duration)
+            time.sleep(cfg.duration + 0.5)
+        finally:
+            meter.stop()
+            traffic.close()
+        rates = meter.rates()
+        wc = {s: window_mean(rates, f"wc-{s}", 5.0, cfg.duration) for s in SENDERS[:3]}
+        bg = {s: window_mean(rates, f"bg-{s}", 5.0, cfg.duration) for s in SENDERS[:3]}
+        a_l = {s: explicit[s] for s in SENDERS[:3]}
+        tot_wc, tot_a = sum(wc.values()), sum(a_l.values())
+        err = max(abs(wc[s] / tot_wc - a_l[s] / tot_a) / (a_l[s] / tot_a) for s in SENDERS[:3] if a_l[s] > 0) \
+            if tot_wc > 0 else None
+        rows.append({"row": row, "guarantees": g, "a_l": a_l, "bg": bg, "wc": wc, "max_rel_error": err})
+        time.sleep(2.0)
+    return {"rows": rows, "verdict": {"max_rel_error": max(r["max_rel_error"] or 9 for r in rows)}}
+
+
+def _fig14(fab: Fabric, agents: Agents, cfg: Config) -> dict:
+    out = []
+    senders = ("s1", "s3", "s4")
+    for conns in cfg.conns:
+        for policy in ("none", "equal"):
+            g = {s: 10 * cfg.scale for s in senders}
+            if policy == "none":
+                # no fairness policy: every WC subflow a plain Reno (A_l = K keeps alpha_w = 1)
+                explicit = {"s1": float(conns), "s3": 1.0, "s4": 1.0}
+                _configure(agents, cfg, g, explicit=explicit)
+            else:
+                _configure(agents, cfg, g, policy="equal")
+            traffic = Traffic(fab, cfg)
+            meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
+            try:
+                traffic.bulk("s1", cfg.duration, conns=conns)
+                for s in ("s3", "s4"):
+                    traffic.bulk(s, cfg.duration)
+                time.sleep(cfg.duration + 0.5)
+            finally:
+                meter.stop()
+                traffic.close()
+            rates = meter.rates()
+            wc = {s: window_mean(rates, f"wc-{s}", 5.0, cfg.duration) for s in senders}
+            tot = sum(wc.values()) or 1.0
+            want = ({"s1": conns / (conns + 2), "s3": 1 / (conns + 2), "s4": 1 / (conns + 2)} if policy == "none"
+                    else {s: 1 / 3 for s in senders})
+            err = max(abs(wc[s] / tot - want[s]) / want[s] for s in senders)
+            out.append({"conns": conns, "policy": policy, "wc": wc, "expected_share": want, "max_rel_error": err})
+            time.sleep(2.0)
+    return {"runs": out, "verdict": {"max_rel_error": max(r["max_rel_error"] for r in out)}}
+
+
+def _adversarial(fab: Fabric, agents: Agents, cfg: Config) -> dict:
+    """s4 runs no agent configuration at all (an adversary would not): no
+    host limit, no marking of its own choosing but its own."""
+    g = {s: r * cfg.scale for s, r in zip(SENDERS, (350, 250, 200, 100))}
+    _configure(agents, cfg, {s: g[s] for s in SENDERS[:3]})
+    traffic = Traffic(fab, cfg)
+    meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
+    third = cfg.duration / 3
+    try:
+        for s in SENDERS[:3]:
+            traffic.bulk(s, cfg.duration)
+        # s4: UDP at the whole link rate, first marked BG (ToS 0x00), then EF (0xb8)
+        traffic.udp("s4", cfg.link_mbps, third, tos=0x00)
+        time.sleep(third)
+        traffic.udp("s4", cfg.link_mbps, third, tos=0xB8)
+        time.sleep(third)
+        traffic.bulk("s4", third, conns=4)   # and TCP from many connections
+        time.sleep(third + 0.5)
+    finally:
+        meter.stop()
+        traffic.close()
+    rates = meter.rates()
+    held = {}
+    for i, attack in enumerate(("udp-bg", "udp-ef", "tcp-many")):
+        a, b = i * third + 3.0, (i + 1) * third
+        held[attack] = {s: window_mean(rates, f"bg-{s}", a, b) / g[s] for s in SENDERS[:3]}
+    return {"rates": rates, "verdict": {"min_bg_of_guarantee": min(min(v.values()) for v in held.values()),
+                                        "bg_of_guarantee": held}}
+
+
+KIND_RUNNERS = {"fig12": _fig12, "fig13": _fig13, "table3": _table3, "fig14": _fig14, "adversarial": _adversarial}
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = report.get("rates")
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    if rates:
+        ts = [r["t"] for r in rates]
+        for s in SENDERS:
+            for cls, ls in (("bg", "-"), ("wc", "--"), ("udp", ":")):
+                ys = [r.get(f"{cls}-{s}", 0.0) for r in rates]
+                if any(y > 0.05 for y in ys):
+                    ax.plot(ts, ys, ls, lw=1, label=f"{s} {cls}")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("Mb/s at the receiver")
+    else:
+        rows = report.get("rows") or report.get("runs") or []
+        labels = [str(r.get("row", (r.get("conns"), r.get("policy")))) for r in rows]
+        for i, s in enumerate(("s1", "s2", "s3", "s4")):
+            vals = [r["wc"].get(s, 0.0) for r in rows]
+            if any(vals):
+                ax.bar([j + i * 0.2 for j in range(len(rows))], vals, 0.2, label=f"{s} WC")
+        ax.set_xticks(range(len(rows)), labels, fontsize=7)
+        ax.set_ylabel("WC Mb/s")
+    ax.set_title(f"BG/WC {report['config']['kind']} ({report['scale']})")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
