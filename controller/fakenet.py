@@ -44,6 +44,7 @@ class FakeSwitch:
         self.dpid = dpid
         self.entries: dict[tuple[int, int, ofmsg.Match], _Entry] = {}
         self.groups: dict[int, ofmsg.GroupMod] = {}
+        self.meters: dict[int, ofmsg.MeterMod] = {}
         self.errors: list[str] = []
 
     # ---- message application -------------------------------------------
@@ -52,6 +53,13 @@ class FakeSwitch:
             self._flow_mod(msg)
         elif isinstance(msg, ofmsg.GroupMod):
             self._group_mod(msg)
+        elif isinstance(msg, ofmsg.MeterMod):
+            if msg.command == "delete":
+                self.meters.pop(msg.meter_id, None)
+            elif msg.command == "add" and msg.meter_id in self.meters:
+                self.errors.append(f"meter {msg.meter_id} already exists")
+            else:
+                self.meters[msg.meter_id] = msg
 
     def _flow_mod(self, fm: ofmsg.FlowMod) -> None:
         if fm.command in ("add", "modify", "modify_strict"):
@@ -61,6 +69,9 @@ class FakeSwitch:
                         if isinstance(a, ofmsg.GroupAction) and a.group_id not in self.groups:
                             self.errors.append(f"flow uses missing group {a.group_id}")
                             return
+                if isinstance(ins, ofmsg.MeterInstruction) and ins.meter_id not in self.meters:
+                    self.errors.append(f"flow uses missing meter {ins.meter_id}")
+                    return
             key = (fm.table_id, fm.priority, fm.match)
             self.entries[key] = _Entry(fm)
             return
@@ -117,6 +128,7 @@ class Hop:
     out_port: int | None
     queue_id: int | None
     pkt: dict[str, Any]
+    meters: tuple[int, ...] = ()   # meters the packet passed through at this switch
 
 
 @dataclass
@@ -178,8 +190,8 @@ class FakeNetwork:
         pkt = dict(pkt)
         for _ in range(MAX_HOPS):
             sw = self.switches[node]
-            out_port, queue_id, pkt, to_controller = self._process(sw, in_port, pkt)
-            trace.hops.append(Hop(node, in_port, out_port, queue_id, dict(pkt)))
+            out_port, queue_id, pkt, to_controller, meters = self._process(sw, in_port, pkt)
+            trace.hops.append(Hop(node, in_port, out_port, queue_id, dict(pkt), tuple(meters)))
             if to_controller:
                 trace.packet_in = True
                 self.packet_ins.append((node, dict(pkt)))
@@ -203,6 +215,7 @@ class FakeNetwork:
         table = 0
         out_port = queue_id = None
         to_controller = False
+        meters: list[int] = []
         while table is not None:
             entry = sw.lookup(table, pkt)
             if entry is None:
@@ -213,6 +226,8 @@ class FakeNetwork:
             for ins in entry.flow.instructions:
                 if isinstance(ins, ofmsg.GotoTable):
                     table = ins.table_id
+                elif isinstance(ins, ofmsg.MeterInstruction):
+                    meters.append(ins.meter_id)
                 elif isinstance(ins, ofmsg.ApplyActions):
                     actions = list(ins.actions)
                     while actions:
@@ -233,7 +248,7 @@ class FakeNetwork:
                         elif isinstance(a, ofmsg.Learn):
                             self._learn(sw, a, pkt)
         pkt.pop("in_port", None)
-        return out_port, queue_id, pkt, to_controller
+        return out_port, queue_id, pkt, to_controller, meters
 
     def _resubmit(self, sw: FakeSwitch, table_id: int, pkt: dict[str, Any]) -> list:
         """OVS resubmit: the matching entry's actions run here (a miss runs

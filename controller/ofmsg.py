@@ -135,6 +135,16 @@ class GroupMod:
 
 
 @dataclass(frozen=True)
+class MeterMod:
+    """A meter with one drop band: traffic above ``rate_kbps`` (burst
+    ``burst_kb``) is dropped."""
+    command: str  # add | modify | delete
+    meter_id: int
+    rate_kbps: int = 0
+    burst_kb: int = 0
+
+
+@dataclass(frozen=True)
 class PacketOut:
     in_port: int
     actions: tuple[Action, ...]
@@ -182,7 +192,7 @@ def group_delete(group_id: int) -> GroupMod:
 def _rank(msg: Message) -> int:
     if isinstance(msg, FlowMod) and msg.command.startswith("delete"):
         return 0
-    if isinstance(msg, GroupMod):
+    if isinstance(msg, (GroupMod, MeterMod)):
         return 1 if msg.command == "delete" else 2
     if isinstance(msg, FlowMod):
         return 3
@@ -190,8 +200,9 @@ def _rank(msg: Message) -> int:
 
 
 def ordered(msgs: Iterable[Message]) -> list[Message]:
-    """Deduplicate and order: flow deletes, group deletes, group adds/mods,
-    flow adds/mods, then packet-outs (groups exist before flows use them)."""
+    """Deduplicate and order: flow deletes, group/meter deletes, group/meter
+    adds/mods, flow adds/mods, then packet-outs (groups and meters exist
+    before flows use them)."""
     seen: set[Message] = set()
     unique = []
     for m in msgs:
@@ -221,4 +232,4 @@ class EchoRequest:
     data: bytes = b""
 
 
-Message = FlowMod | GroupMod | PacketOut | PortDescRequest | FlowStatsRequest | EchoRequest
+Message = FlowMod | GroupMod | MeterMod | PacketOut | PortDescRequest | FlowStatsRequest | EchoRequest

@@ -84,6 +84,11 @@ def to_parser(dp: Any, msg: ofmsg.Message) -> Any:
                                actions=[_action(dp, a) for a in b.actions]) for b in msg.buckets]
         return p.OFPGroupMod(dp, getattr(ofp, _GROUP_COMMANDS[msg.command]),
                              getattr(ofp, _GROUP_TYPES[msg.group_type]), msg.group_id, buckets)
+    if isinstance(msg, ofmsg.MeterMod):
+        command = {"add": ofp.OFPMC_ADD, "modify": ofp.OFPMC_MODIFY, "delete": ofp.OFPMC_DELETE}[msg.command]
+        bands = [] if msg.command == "delete" else [p.OFPMeterBandDrop(rate=msg.rate_kbps, burst_size=msg.burst_kb)]
+        return p.OFPMeterMod(dp, command=command, flags=ofp.OFPMF_KBPS | ofp.OFPMF_BURST,
+                             meter_id=msg.meter_id, bands=bands)
     if isinstance(msg, ofmsg.PacketOut):
         return p.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=msg.in_port,
                               actions=[_action(dp, a) for a in msg.actions], data=msg.data)

@@ -1,16 +1,34 @@
 """os-ken/Ryu app: BG/WC classification in table 0 (a shim over
 :class:`apps.prio_queues.logic.PrioQueuesLogic`). Run it beside a routing
-app: ``bwfabric controller --apps ecmp,prio_queues``."""
+app: ``bwfabric controller --apps ecmp,prio_queues``.
 
-from apps.prio_queues.logic import PrioQueuesLogic
+``BWFABRIC_PRIO_QUEUES``: optional JSON object ``{"guarantees_mbps": {host:
+Mb/s}, "burst_kb": N}`` -- per-host BG meters at the ToRs. Unknown keys,
+unknown hosts and bad values are refused at start, naming them.
+"""
+
+import json
+import os
+
+from apps.prio_queues.logic import DEFAULT_BURST_KB, PrioQueuesLogic
 from controller.app_base import FabricApp
 from controller.sdn import CONFIG_DISPATCHER, DEAD_DISPATCHER, ofp_event, set_ev_cls
+
+
+SETTINGS_ENV = "BWFABRIC_PRIO_QUEUES"
+
+
+def logic_from_env(view, raw):
+    data = json.loads(raw) if raw else {}
+    if not isinstance(data, dict) or set(data) - {"guarantees_mbps", "burst_kb"}:
+        raise ValueError(f"{SETTINGS_ENV}: a JSON object with keys guarantees_mbps, burst_kb; got {raw!r}")
+    return PrioQueuesLogic(view, data.get("guarantees_mbps") or {}, data.get("burst_kb", DEFAULT_BURST_KB))
 
 
 class PrioQueuesApp(FabricApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.logic = PrioQueuesLogic()
+        self.logic = logic_from_env(self.view, os.environ.get(SETTINGS_ENV))
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev):

@@ -12,6 +12,14 @@ mark BG TCP subflows and UDP 0x00 and rate-limit that to the guarantee), an
 unknown ToS is rewritten to WC at the first switch it meets (and at every
 later one). ECN bits are not part of the match and are kept.
 
+Beyond the paper, a second line of enforcement: for hosts with a configured
+guarantee, the ToR meters BG arriving from the host's port (an OpenFlow
+meter with a drop band at the guarantee; meter id = the port number), so a
+host that ignores its agent cannot push more than its guarantee into the
+high-priority queues:
+
+    prio 310  in_port=<host>, ip, dscp 0  -> meter(<port>), set_queue(BG), goto forwarding
+
 ``set_queue`` picks the OVSDB QoS queue on kernel-datapath OVS and on
 Pica8; on userspace OVS it does not steer packets, and the tc back-end
 (:mod:`apps.prio_queues.backends`) classifies the same ToS values at each
@@ -21,7 +29,8 @@ port's egress instead. Both back-ends use the queue numbers below.
 from __future__ import annotations
 
 from controller import ofmsg
-from controller.pipeline import APP_PRIO_QUEUES, PRIO_CLASSIFY, TABLE_CLASSIFY, TABLE_FORWARD, cookie
+from controller.network_view import NetworkView
+from controller.pipeline import APP_PRIO_QUEUES, PRIO_CLASSIFY, TABLE_CLASSIFY, TABLE_FORWARD, cookie, wipe_app
 
 TOS_BG = 0x00
 TOS_WC = 0x20
@@ -31,6 +40,8 @@ QUEUE_BG = 0  # also where unclassified (non-IP) packets go
 QUEUE_WC = 1
 PRIO_KNOWN = PRIO_CLASSIFY + 202
 PRIO_REWRITE = PRIO_CLASSIFY + 201
+PRIO_METERED = PRIO_CLASSIFY + 210
+DEFAULT_BURST_KB = 64
 
 
 def classification_entries() -> list[ofmsg.Message]:
@@ -49,8 +60,40 @@ def classification_entries() -> list[ofmsg.Message]:
 
 class PrioQueuesLogic:
     """Installs the classification table on every switch that connects; it
-    composes with whichever routing app owns table 1."""
+    composes with whichever routing app owns table 1. ``guarantees_mbps``
+    (host -> Mb/s) adds the ToR meters."""
+
+    def __init__(self, view: NetworkView | None = None, guarantees_mbps: dict[str, float] | None = None,
+                 burst_kb: int = DEFAULT_BURST_KB):
+        guarantees_mbps = guarantees_mbps or {}
+        if guarantees_mbps and view is None:
+            raise ValueError("prio_queues: guarantees need the network view")
+        problems = []
+        for host, mbps in sorted(guarantees_mbps.items()):
+            if view is not None and (host not in view.graph or not view.is_host(host)):
+                problems.append(f"{host!r} is not a host of the topology")
+            elif not isinstance(mbps, (int, float)) or isinstance(mbps, bool) or mbps <= 0:
+                problems.append(f"{host}: guarantee {mbps!r} must be a positive number of Mb/s")
+            elif mbps > view.capacity(host, view.host_switch(host)[0]) / 1e6:
+                problems.append(f"{host}: guarantee {mbps} Mb/s exceeds its link")
+        if not isinstance(burst_kb, int) or burst_kb <= 0:
+            problems.append(f"burst_kb {burst_kb!r} must be a positive integer")
+        if problems:
+            raise ValueError("prio_queues: " + "; ".join(problems))
+        self.view = view
+        self.guarantees = dict(guarantees_mbps)
+        self.burst_kb = burst_kb
 
     def switch_connected(self, switch: str) -> list[ofmsg.Message]:
-        from controller.pipeline import wipe_app
-        return [wipe_app(APP_PRIO_QUEUES), *classification_entries()]
+        msgs: list[ofmsg.Message] = [wipe_app(APP_PRIO_QUEUES), *classification_entries()]
+        for host, mbps in sorted(self.guarantees.items()):
+            sw, port = self.view.host_switch(host)
+            if sw != switch:
+                continue
+            msgs.append(ofmsg.MeterMod("delete", port))
+            msgs.append(ofmsg.MeterMod("add", port, int(mbps * 1000), self.burst_kb))
+            match = ofmsg.Match.of(in_port=port, eth_type=ofmsg.ETH_TYPE_IP, ip_dscp=DSCP_BG)
+            msgs.append(ofmsg.FlowMod(TABLE_CLASSIFY, PRIO_METERED, match,
+                                      (ofmsg.MeterInstruction(port), ofmsg.ApplyActions((ofmsg.SetQueue(QUEUE_BG),)),
+                                       ofmsg.GotoTable(TABLE_FORWARD)), cookie=cookie(APP_PRIO_QUEUES)))
+        return ofmsg.ordered(msgs)

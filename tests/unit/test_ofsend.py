@@ -98,3 +98,21 @@ def test_send_uses_the_datapath_in_order(dp):
     assert [type(m).__name__ for m in sent] == ["OFPGroupMod", "OFPPortDescStatsRequest"]
     with pytest.raises(TypeError):
         ofsend.to_parser(dp, object())
+
+
+def test_meter_mod_and_meter_instruction_serialise(dp):
+    import struct
+    obj = ofsend.to_parser(dp, ofmsg.MeterMod("add", 3, 35000, 64))
+    obj.serialize()
+    # ofp_meter_mod: header(8) command(2) flags(2) meter_id(4), then a drop band: type len rate burst
+    command, flags, meter_id = struct.unpack_from("!HHI", obj.buf, 8)
+    band_type, _, rate, burst = struct.unpack_from("!HHII", obj.buf, 16)
+    assert (command, meter_id) == (ofproto_v1_3.OFPMC_ADD, 3)
+    assert flags == ofproto_v1_3.OFPMF_KBPS | ofproto_v1_3.OFPMF_BURST
+    assert (band_type, rate, burst) == (ofproto_v1_3.OFPMBT_DROP, 35000, 64)
+    fm = ofmsg.FlowMod(0, 310, ofmsg.Match.of(in_port=3, eth_type=0x800, ip_dscp=0),
+                       (ofmsg.MeterInstruction(3), ofmsg.ApplyActions((ofmsg.SetQueue(0),)), ofmsg.GotoTable(1)))
+    back = _round_trip(dp, fm)
+    assert [type(i).__name__ for i in back.instructions] == ["OFPInstructionMeter", "OFPInstructionActions",
+                                                              "OFPInstructionGotoTable"]
+    assert back.instructions[0].meter_id == 3

@@ -66,3 +66,37 @@ def test_tc_backend_plan_guarantees_bg_and_lets_wc_borrow():
     assert "other-config:min-rate=9900000" in args
     with pytest.raises(BackendError, match="e0_0-eth3"):
         PortQueues.of("e0_0-eth3", 0, 1000)
+
+
+def test_tor_meters_cap_bg_from_hosts_with_a_guarantee():
+    view = NetworkView(builders.bgwc_testbed(link_mbps=100))
+    prio = PrioQueuesLogic(view, {"s1": 35, "s4": 10})
+    routing = DestinationRouting(view, multipath=False)
+    fake = FakeNetwork(view)
+    for sw in view.switches:
+        fake.apply(sw, routing.switch_connected(sw))
+        fake.apply(sw, prio.switch_connected(sw))
+        fake.apply(sw, prio.switch_connected(sw))          # reconnect: meters re-created, no error
+    assert fake.errors() == {}
+    sl = fake.switches["sl"]
+    port_s1 = view.host_switch("s1")[1]
+    assert sl.meters[port_s1].rate_kbps == 35000 and len(sl.meters) == 2
+    bg = fake.trace("s1", fake.packet("s1", "s5", dscp=DSCP_BG))
+    assert bg.delivered_to == "s5" and bg.hops[0].meters == (port_s1,) and bg.hops[0].queue_id == QUEUE_BG
+    assert all(h.meters == () for h in bg.hops[1:])               # metered once, at the ToR
+    wc = fake.trace("s1", fake.packet("s1", "s5", dscp=DSCP_WC))
+    assert wc.hops[0].meters == () and wc.hops[0].queue_id == QUEUE_WC
+    free = fake.trace("s2", fake.packet("s2", "s6", dscp=DSCP_BG))  # no guarantee configured: not metered
+    assert free.hops[0].meters == ()
+
+
+def test_bad_guarantees_are_refused_naming_them():
+    from apps.prio_queues.app import logic_from_env
+    view = NetworkView(builders.bgwc_testbed(link_mbps=100))
+    with pytest.raises(ValueError) as exc:
+        PrioQueuesLogic(view, {"s9": 10, "s1": -1, "s2": 500, "sl": 5})
+    for part in ("'s9' is not a host", "s1: guarantee -1", "s2: guarantee 500 Mb/s exceeds", "'sl' is not a host"):
+        assert part in str(exc.value)
+    with pytest.raises(ValueError, match="BWFABRIC_PRIO_QUEUES"):
+        logic_from_env(view, '{"guarantee": {}}')
+    assert logic_from_env(view, '{"guarantees_mbps": {"s1": 35}}').guarantees == {"s1": 35}
