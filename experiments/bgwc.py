@@ -53,6 +53,7 @@ PAPER_LINK = 1000.0
 PAPER_UNIT = 75.0
 DATA_PORT = 7100
 UDP_PORT = 7200
+METER_HEADROOM = 1.05
 TABLE3_ROWS = ((400, 200, 200), (300, 100, 100), (400, 200, 100), (400, 200, None))
 
 
@@ -199,9 +200,15 @@ def run(cfg: Config, out_dir: Path) -> dict:
     topo.save(out_dir / "topology.json")
     report: dict = {"config": asdict(cfg), "scale": f"{cfg.link_mbps:g} Mb/s links for the paper's "
                     f"{PAPER_LINK:g}: rates x{cfg.scale:g}; U = {cfg.unit_mbps:g} Mb/s"}
+    # second line of enforcement: ToR meters at the guarantees (+5 % so that a
+    # host's own HTB-shaped BG never meets the policer)
+    meters = {s: round(r * cfg.scale * METER_HEADROOM, 3) for s, r in zip(SENDERS, (350, 250, 200, 100))}
+    env = {"BWFABRIC_PRIO_QUEUES": json.dumps({"guarantees_mbps": meters})} if cfg.kind in (
+        "fig12", "fig13", "adversarial") else None
+    report["meters_mbps"] = meters if env else None
     with Fabric(topo, of_port=cfg.of_port, queues="tc") as fab, \
             ControllerProcess(out_dir / "topology.json", ["single_path", "prio_queues"], cfg.of_port,
-                              out_dir / "controller.log"), \
+                              out_dir / "controller.log", env=env), \
             Agents(fab, out_dir / "agents") as agents:
         fab.wait_routes(60)
         report["warnings"] = list(fab.warnings)
