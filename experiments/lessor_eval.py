@@ -40,8 +40,9 @@ class Config:
     topology: str = "fattree"
     k: int = 4
     link_mbps: float = 10.0          # FatTree links; VL2 server links
-    fabric_mbps: float = 50.0        # VL2 ToR-aggregation-intermediate links
-    servers_per_tor: int = 10        # VL2 (the paper's 20, scaled for the emulator)
+    fabric_mbps: float = 25.0        # VL2 ToR-aggregation-intermediate links
+    servers_per_tor: int = 5         # VL2: the paper's 20 servers at 1G under 2x10G uplinks, scaled to
+    #                                  5 at 10 Mb/s under 2x25 Mb/s (the same 1:1 oversubscription)
     apps: tuple[str, ...] = SCHEMES
     loads: tuple[float, ...] = (0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9)
     seeds: tuple[int, ...] = (1, 2, 3)
