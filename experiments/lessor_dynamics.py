@@ -142,9 +142,24 @@ def _failure(fab: Fabric, topo, cfg: Config, out_dir: Path, state_file: Path) ->
     affected_dsts = sorted({dst_of_ip[k.split()[1]] for k in event["affected"]})
     series = {h: _rx_series(out_dir / "flows" / f"rx-{h}.json", event["t_wall"]) for h in hosts}
     per_flow = {h: failure_metrics(series[h], cfg.duration - cfg.fail_after - 1.0) for h in affected_dsts}
-    return {"failure": event, "affected_receivers": per_flow,
+    verdict = failure_verdict(per_flow, event["period_s"])
+    print(json.dumps({"link": event["link"], "period_s": event["period_s"], **verdict}, indent=1))
+    return {"failure": event, "affected_receivers": per_flow, "verdict": verdict,
             "series": {h: s for h, s in series.items()}, "reroutes": state.get("reroutes"),
             "polling_period_after_s": state.get("polling_period_s")}
+
+
+def failure_verdict(per_flow: dict[str, dict], period_s: float) -> dict:
+    """Every affected flow back to half its rate within one polling period,
+    and none without traffic at the end (blackholed)?"""
+    backs = [m["half_rate_back_after_s"] for m in per_flow.values()]
+    return {
+        "affected_flows": len(per_flow),
+        "worst_half_rate_back_s": None if None in backs else max(backs, default=0.0),
+        "worst_zero_run_s": max((m["longest_zero_s"] for m in per_flow.values()), default=0.0),
+        "rerouted_within_one_period": bool(per_flow) and None not in backs and max(backs) <= period_s,
+        "blackholed": sorted(h for h, m in per_flow.items() if m["end_mbps"] <= 0.0),
+    }
 
 
 def _rx_series(path: Path, t_fail_wall: float) -> list[tuple[float, float]]:

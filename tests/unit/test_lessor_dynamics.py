@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments.lessor_dynamics import BIN_S, busiest_fabric_link, failure_metrics, polling_verdict
+from experiments.lessor_dynamics import BIN_S, busiest_fabric_link, failure_metrics, failure_verdict, polling_verdict
 
 
 def test_busiest_fabric_link_ignores_host_links_and_direction():
@@ -57,3 +57,13 @@ def test_polling_verdict_reads_alg1_behaviour():
     flat = [{**x, "cpu": 0.3, "period_s": 0.5} for x in d]
     v = polling_verdict(flat, phases, bounds)
     assert not v["shrinks_when_idle"] and not v["grows_over_upper"]
+
+
+def test_failure_verdict():
+    ok = {"h5": failure_metrics(_series(10.0, 0.3, 9.0), 10.0), "h6": failure_metrics(_series(10.0, 0.2, 9.0), 10.0)}
+    v = failure_verdict(ok, period_s=0.5)
+    assert v["rerouted_within_one_period"] and v["blackholed"] == [] and v["affected_flows"] == 2
+    assert not failure_verdict(ok, period_s=0.2)["rerouted_within_one_period"]
+    dead = {**ok, "h7": failure_metrics(_series(10.0, 100.0, 0.0), 10.0)}
+    v = failure_verdict(dead, period_s=5.0)
+    assert not v["rerouted_within_one_period"] and v["blackholed"] == ["h7"]
