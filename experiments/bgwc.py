@@ -194,6 +194,29 @@ class Traffic:
             p.wait(5)
 
 
+def _measured(fab: Fabric, cfg: Config, scenario) -> list[dict]:
+    """Receiver meters around ``scenario(traffic)``, which starts flows and
+    sleeps through the run; per-interval rates."""
+    traffic = Traffic(fab, cfg)
+    meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
+    try:
+        scenario(traffic)
+        time.sleep(0.5)
+    finally:
+        meter.stop()
+        traffic.close()
+    return meter.rates()
+
+
+def share_error(measured: dict[str, float], wanted: dict[str, float]) -> float | None:
+    """Largest relative error of the measured shares against the wanted
+    proportions (entries wanted 0 are left out)."""
+    tot_m, tot_w = sum(measured.values()), sum(wanted.values())
+    if tot_m <= 0 or tot_w <= 0:
+        return None
+    return max(abs(measured[k] / tot_m - wanted[k] / tot_w) / (wanted[k] / tot_w) for k in wanted if wanted[k] > 0)
+
+
 def run(cfg: Config, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     topo = builders.bgwc_testbed(link_mbps=cfg.link_mbps)
@@ -233,21 +256,17 @@ def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy
 def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:
     g = {s: r * cfg.scale for s, r in zip(SENDERS, (350, 250, 200, 100))}
     _configure(agents, cfg, g)
-    traffic = Traffic(fab, cfg)
-    meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
     half = cfg.duration / 2
     udp_mbps = 0.05 * cfg.link_mbps
-    try:
+
+    def scenario(traffic: Traffic) -> None:
         for s in SENDERS:
             traffic.bulk(s, cfg.duration)
         time.sleep(half)
         for s in SENDERS:
             traffic.udp(s, udp_mbps, half)
-        time.sleep(half + 0.5)
-    finally:
-        meter.stop()
-        traffic.close()
-    rates = meter.rates()
+        time.sleep(half)
+    rates = _measured(fab, cfg, scenario)
     phases = {"tcp": (3.0, half), "tcp+udp": (half + 3.0, cfg.duration)}
     table = {}
     for name, (a, b) in phases.items():
@@ -266,10 +285,9 @@ def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:
 def _fig13(fab: Fabric, agents: Agents, cfg: Config) -> dict:
     g = {s: r * cfg.scale for s, r in zip(SENDERS, (350, 250, 200, 100))}
     _configure(agents, cfg, g)
-    traffic = Traffic(fab, cfg)
-    meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
     total = cfg.stop_at + cfg.stop_s + 15.0
-    try:
+
+    def scenario(traffic: Traffic) -> None:
         for s in SENDERS:
             traffic.bulk(s, total)
         time.sleep(cfg.stop_at)
@@ -277,10 +295,7 @@ def _fig13(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         time.sleep(cfg.stop_s)
         traffic.bulk("s2", total)
         time.sleep(15.0)
-    finally:
-        meter.stop()
-        traffic.close()
-    rates = meter.rates()
+    rates = _measured(fab, cfg, scenario)
     t_stop, t_back = cfg.stop_at, cfg.stop_at + cfg.stop_s
     others = [s for s in SENDERS if s != "s2"]
     s2_before = window_mean(rates, "bg-s2", t_stop - 5, t_stop) + window_mean(rates, "wc-s2", t_stop - 5, t_stop)
@@ -299,22 +314,12 @@ def _table3(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         g = {s: (r or 0) * cfg.scale for s, r in zip(SENDERS[:3], row)}
         explicit = {s: (0.0 if r is None else r * cfg.scale / cfg.unit_mbps) for s, r in zip(SENDERS[:3], row)}
         _configure(agents, cfg, g, explicit=explicit)
-        traffic = Traffic(fab, cfg)
-        meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
-        try:
-            for s in SENDERS[:3]:
-                traffic.bulk(s, cfg.duration)
-            time.sleep(cfg.duration + 0.5)
-        finally:
-            meter.stop()
-            traffic.close()
-        rates = meter.rates()
+        rates = _measured(fab, cfg, lambda t: ([t.bulk(s, cfg.duration) for s in SENDERS[:3]],
+                                               time.sleep(cfg.duration)))
         wc = {s: window_mean(rates, f"wc-{s}", 5.0, cfg.duration) for s in SENDERS[:3]}
         bg = {s: window_mean(rates, f"bg-{s}", 5.0, cfg.duration) for s in SENDERS[:3]}
         a_l = {s: explicit[s] for s in SENDERS[:3]}
-        tot_wc, tot_a = sum(wc.values()), sum(a_l.values())
-        err = max(abs(wc[s] / tot_wc - a_l[s] / tot_a) / (a_l[s] / tot_a) for s in SENDERS[:3] if a_l[s] > 0) \
-            if tot_wc > 0 else None
+        err = share_error(wc, a_l)
         rows.append({"row": row, "guarantees": g, "a_l": a_l, "bg": bg, "wc": wc, "max_rel_error": err})
         time.sleep(2.0)
     return {"rows": rows, "verdict": {"max_rel_error": max(r["max_rel_error"] or 9 for r in rows)}}
@@ -332,25 +337,20 @@ def _fig14(fab: Fabric, agents: Agents, cfg: Config) -> dict:
                 _configure(agents, cfg, g, explicit=explicit)
             else:
                 _configure(agents, cfg, g, policy="equal")
-            traffic = Traffic(fab, cfg)
-            meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
-            try:
+
+            def scenario(traffic: Traffic, conns: int = conns) -> None:
                 traffic.bulk("s1", cfg.duration, conns=conns)
                 for s in ("s3", "s4"):
                     traffic.bulk(s, cfg.duration)
-                time.sleep(cfg.duration + 0.5)
-            finally:
-                meter.stop()
-                traffic.close()
-            rates = meter.rates()
+                time.sleep(cfg.duration)
+            rates = _measured(fab, cfg, scenario)
             wc = {s: window_mean(rates, f"wc-{s}", 5.0, cfg.duration) for s in senders}
-            tot = sum(wc.values()) or 1.0
             want = ({"s1": conns / (conns + 2), "s3": 1 / (conns + 2), "s4": 1 / (conns + 2)} if policy == "none"
                     else {s: 1 / 3 for s in senders})
-            err = max(abs(wc[s] / tot - want[s]) / want[s] for s in senders)
+            err = share_error(wc, want)
             out.append({"conns": conns, "policy": policy, "wc": wc, "expected_share": want, "max_rel_error": err})
             time.sleep(2.0)
-    return {"runs": out, "verdict": {"max_rel_error": max(r["max_rel_error"] for r in out)}}
+    return {"runs": out, "verdict": {"max_rel_error": max(r["max_rel_error"] or 9 for r in out)}}
 
 
 def _adversarial(fab: Fabric, agents: Agents, cfg: Config) -> dict:
@@ -358,10 +358,9 @@ def _adversarial(fab: Fabric, agents: Agents, cfg: Config) -> dict:
     host limit, no marking of its own choosing but its own."""
     g = {s: r * cfg.scale for s, r in zip(SENDERS, (350, 250, 200, 100))}
     _configure(agents, cfg, {s: g[s] for s in SENDERS[:3]})
-    traffic = Traffic(fab, cfg)
-    meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
     third = cfg.duration / 3
-    try:
+
+    def scenario(traffic: Traffic) -> None:
         for s in SENDERS[:3]:
             traffic.bulk(s, cfg.duration)
         # s4: UDP at the whole link rate, first marked BG (ToS 0x00), then EF (0xb8)
@@ -370,11 +369,8 @@ def _adversarial(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         traffic.udp("s4", cfg.link_mbps, third, tos=0xB8)
         time.sleep(third)
         traffic.bulk("s4", third, conns=4)   # and TCP from many connections
-        time.sleep(third + 0.5)
-    finally:
-        meter.stop()
-        traffic.close()
-    rates = meter.rates()
+        time.sleep(third)
+    rates = _measured(fab, cfg, scenario)
     held = {}
     for i, attack in enumerate(("udp-bg", "udp-ef", "tcp-many")):
         a, b = i * third + 3.0, (i + 1) * third

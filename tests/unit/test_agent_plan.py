@@ -119,3 +119,13 @@ def test_live_subflows_feed_eq1():
     assert buffer_inputs([]) == (0.0, 0.0)
     # Eq. 1 with these: 3 * 19.9 ms * 27.3 Mb/s / 8 = 203 KB
     assert receive_buffer_bytes(max_rtt, total) == int(3 * 0.019891 * (2734976 + 24522528) / 8)
+
+
+def test_bgwc_share_error_and_window_mean():
+    from experiments.bgwc import share_error, window_mean
+    assert share_error({"a": 2.0, "b": 1.0}, {"a": 2, "b": 1}) == pytest.approx(0.0)
+    assert share_error({"a": 1.0, "b": 1.0}, {"a": 2, "b": 1}) == pytest.approx(0.5)   # b: 1/2 vs 1/3
+    assert share_error({"a": 1.0, "b": 1.0, "c": 5.0}, {"a": 1, "b": 1, "c": 0}) is not None
+    assert share_error({"a": 0.0}, {"a": 1}) is None
+    rates = [{"t": 1.0, "x": 2.0}, {"t": 2.0, "x": 4.0}, {"t": 3.0, "x": 6.0}]
+    assert window_mean(rates, "x", 1.0, 3.0) == 5.0 and window_mean(rates, "y", 0, 9) == 0.0
