@@ -12,7 +12,9 @@ scheme looks fast by leaving its big flows unfinished), completed fraction,
 controller CPU, and LESSOR's / Hedera's polling periods.
 
 Results go to ``results.json`` after every run; ``resume=1`` keeps the runs
-already there (same configuration) and does only the missing ones.
+already there and does only the missing ones (refused, naming the settings,
+if they were made with other settings); a run without ``resume`` first moves
+an existing ``results.json`` aside (``results.<time>.json``).
 """
 
 from __future__ import annotations
@@ -97,9 +99,13 @@ def _load_previous(path: Path, cfg: Config) -> dict:
     if not (cfg.resume and path.exists()):
         return {}
     data = json.loads(path.read_text())
-    if data.get("identity") != json.loads(json.dumps(cfg.identity())):
-        print(f"resume: {path} was made with another configuration; starting afresh")
-        return {}
+    want = json.loads(json.dumps(cfg.identity()))
+    have = data.get("identity") or {}
+    differ = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+    if differ:
+        changes = ", ".join(f"{k}: {have.get(k)!r} there, {want.get(k)!r} now" for k in differ)
+        raise OptionError(f"resume: {path} was made with other settings ({changes}); "
+                          "give the same options, or another --out")
     return data.get("runs", {})
 
 
@@ -115,6 +121,9 @@ def run(cfg: Config, out_dir: Path) -> dict:
     cdf = SizeCdf.load(cfg.workload)
     res_file = out_dir / "results.json"
     runs = _load_previous(res_file, cfg)
+    if runs == {} and res_file.exists() and not cfg.resume:
+        # never overwrite earlier runs silently: keep them beside the new ones
+        res_file.replace(out_dir / f"results.{time.strftime('%Y%m%d-%H%M%S')}.json")
     report = {"identity": cfg.identity(), "config": asdict(cfg), "topology": topo.name, "runs": runs,
               "warnings": []}
     todo = [(s, ld, a) for s in cfg.seeds for ld in cfg.loads for a in cfg.apps if run_key(s, ld, a) not in runs]

@@ -45,3 +45,19 @@ def test_window_bytes_splits_boundary_slots():
     assert window_bytes(slots, 0.1, -0.05, (0.0, 10.0)) == pytest.approx(350)
     assert window_bytes(slots, 0.1, -0.05, (0.1, 0.2)) == pytest.approx(100)
     assert window_bytes(slots, 0.1, 0.0, (1.0, 2.0)) == 0
+
+
+def test_lessor_sweep_resume_refuses_other_settings_and_never_overwrites(tmp_path):
+    import json
+    from experiments.lessor_eval import Config, _load_previous
+    from experiments.options import OptionError
+    cfg = Config(resume=True)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"identity": {**json.loads(json.dumps(cfg.identity())), "duration": 99.0},
+                                "runs": {"1/0.5/ecmp": {}}}))
+    with pytest.raises(OptionError, match="duration: 99.0 there, 20.0 now"):
+        _load_previous(path, cfg)
+    assert json.loads(path.read_text())["runs"] == {"1/0.5/ecmp": {}}      # untouched
+    path.write_text(json.dumps({"identity": json.loads(json.dumps(cfg.identity())), "runs": {"1/0.5/ecmp": {"x": 1}}}))
+    assert _load_previous(path, cfg) == {"1/0.5/ecmp": {"x": 1}}
+    assert _load_previous(path, Config(resume=False)) == {}
