@@ -73,9 +73,13 @@ def build() -> dict[str, Path]:
     return out
 
 
+def _bpffs_mounted() -> bool:
+    return any(line.split()[1] == str(BPFFS) and line.split()[2] == "bpf"
+               for line in Path("/proc/mounts").read_text().splitlines())
+
+
 def _mount_bpffs() -> None:
-    if not any(line.split()[1] == str(BPFFS) and line.split()[2] == "bpf"
-               for line in Path("/proc/mounts").read_text().splitlines()):
+    if not _bpffs_mounted():
         BPFFS.mkdir(parents=True, exist_ok=True)
         _run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
 
@@ -147,6 +151,8 @@ def unload(wait_s: float = 10.0) -> dict:
     for m in MAPS:
         if (BPFFS / m).exists():
             (BPFFS / m).unlink()
+    if _bpffs_mounted() and not [p for p in BPFFS.iterdir() if not p.name.endswith(".debug")]:
+        subprocess.run(["umount", str(BPFFS)], capture_output=True)   # ours, now empty
     return status()
 
 
