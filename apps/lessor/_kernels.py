@@ -140,3 +140,146 @@ def negotiate(flow_group, flow_demand, flow_path, group_start, path_links, path_
         present = min(present * growth, 1e6)
     flow_path[:] = best_paths
     return it, best_util
+
+
+@njit(cache=True)
+def _on_path(path_links, path_hops, q, e):
+    for h in range(path_hops[q]):
+        if path_links[q, h] == e:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _path_peak(load, cap, path_links, path_hops, r, d):
+    """Highest utilisation along path r once demand d is added."""
+    peak = 0.0
+    for h in range(path_hops[r]):
+        e = path_links[r, h]
+        u = (load[e] + d) / cap[e]
+        if u > peak:
+            peak = u
+    return peak
+
+
+@njit(cache=True)
+def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap, load,
+                      max_rounds):
+    """Local search on the one-path routing's bottleneck: U = the highest
+    link utilisation. A round moves one flow off a link at U onto a path
+    that stays below U, or -- when no single move can -- makes an exchange:
+    the flow moves onto a path whose only links at or above U are freed by
+    moving one other flow away (to a path below U). Each round lowers the
+    number of links at U, or U itself, and never creates a new link at U,
+    so it ends; stops when neither kind of move exists. Returns the rounds
+    made."""
+    n = flow_group.shape[0]
+    tol = 1e-9
+    rounds = 0
+    while rounds < max_rounds:
+        peak = 0.0
+        for e in range(cap.shape[0]):
+            u = load[e] / cap[e]
+            if u > peak:
+                peak = u
+        bar = peak - tol
+        moved = False
+        # single moves
+        for f in range(n):
+            q = flow_path[f]
+            hot = False
+            for h in range(path_hops[q]):
+                e = path_links[q, h]
+                if load[e] / cap[e] >= bar:
+                    hot = True
+                    break
+            if not hot:
+                continue
+            d = flow_demand[f]
+            g = flow_group[f]
+            for h in range(path_hops[q]):
+                load[path_links[q, h]] -= d
+            best_r = -1
+            best_peak = bar
+            for r in range(group_start[g], group_start[g + 1]):
+                if r == q:
+                    continue
+                pk = _path_peak(load, cap, path_links, path_hops, r, d)
+                if pk < best_peak:
+                    best_peak = pk
+                    best_r = r
+            if best_r >= 0:
+                for h in range(path_hops[best_r]):
+                    load[path_links[best_r, h]] += d
+                flow_path[f] = best_r
+                moved = True
+                break
+            for h in range(path_hops[q]):
+                load[path_links[q, h]] += d
+        if not moved:
+            # exchanges: f leaves a hot link for path r whose blocking links all lose flow x
+            for f in range(n):
+                q = flow_path[f]
+                hot = False
+                for h in range(path_hops[q]):
+                    if load[path_links[q, h]] / cap[path_links[q, h]] >= bar:
+                        hot = True
+                        break
+                if not hot:
+                    continue
+                d = flow_demand[f]
+                g = flow_group[f]
+                for h in range(path_hops[q]):
+                    load[path_links[q, h]] -= d
+                for r in range(group_start[g], group_start[g + 1]):
+                    if r == q:
+                        continue
+                    for x in range(n):
+                        if x == f:
+                            continue
+                        qx = flow_path[x]
+                        dx = flow_demand[x]
+                        # x must cross every link of r that f would push to the bar
+                        ok = True
+                        for h in range(path_hops[r]):
+                            e = path_links[r, h]
+                            if (load[e] + d) / cap[e] >= bar and not _on_path(path_links, path_hops, qx, e):
+                                ok = False
+                                break
+                        if not ok:
+                            continue
+                        gx = flow_group[x]
+                        for h in range(path_hops[qx]):
+                            load[path_links[qx, h]] -= dx
+                        done = False
+                        if _path_peak(load, cap, path_links, path_hops, r, d) < bar:
+                            for h in range(path_hops[r]):
+                                load[path_links[r, h]] += d
+                            for rx in range(group_start[gx], group_start[gx + 1]):
+                                if rx == qx:
+                                    continue
+                                if _path_peak(load, cap, path_links, path_hops, rx, dx) < bar:
+                                    for h in range(path_hops[rx]):
+                                        load[path_links[rx, h]] += dx
+                                    flow_path[f] = r
+                                    flow_path[x] = rx
+                                    done = True
+                                    break
+                            if not done:
+                                for h in range(path_hops[r]):
+                                    load[path_links[r, h]] -= d
+                        if done:
+                            moved = True
+                            break
+                        for h in range(path_hops[qx]):
+                            load[path_links[qx, h]] += dx
+                    if moved:
+                        break
+                if moved:
+                    break
+                for h in range(path_hops[q]):
+                    load[path_links[q, h]] += d
+        if not moved:
+            break
+        rounds += 1
+    return rounds

@@ -15,6 +15,13 @@
    accumulated history cost; the best routing seen is kept. Single-flow
    moves cannot fix a permutation on a Clos fabric (a swap at one layer
    collides at the next); negotiation finds those exchanges.
+3. Restarts of 1-2 with the groups taken in seeded random orders (MRTF kept
+   within each group) while the target is missed, as many as
+   flows x restarts <= RESTART_WORK allows; the best routing is kept.
+4. If the target is still missed, a bottleneck local search
+   (``_kernels.bottleneck_search``): move a flow off a link at the peak
+   utilisation onto a path below it, or exchange it with one flow that
+   frees the way, until neither exists.
 
 Every flow keeps exactly one path (no splitting). Its bandwidth
 b_f = min(B_f, B_f * lambda_int) is what the routing can give every flow at
@@ -36,6 +43,9 @@ NEGOTIATION_ITERATIONS = 1000
 # routing of random permutations on fat-trees k=8, 16).
 PRESENT0, PRESENT_GROWTH, HISTORY_STEP = 0.5, 1.05, 0.1
 NEGOTIATION_STALL = 100  # rounds without a better routing before giving up
+MAX_RESTARTS = 32       # restarts of greedy + negotiation with other group orders...
+RESTART_WORK = 4096      # ...as many as fit flows x restarts <= this (1024 flows: 4)
+BOTTLENECK_ROUNDS = 500  # bottleneck moves/exchanges after negotiation (each lowers the peak or its count)
 
 
 def place(groups, order, fractional: list[np.ndarray], group_start: np.ndarray,
@@ -48,10 +58,31 @@ def place(groups, order, fractional: list[np.ndarray], group_start: np.ndarray,
         exact = clos_coloring.route(view, groups, order, cap)
         if exact is not None:
             return (*_finish(groups, order, exact, safe_cap), "clos colouring")
-    paths, iterations = _greedy_and_negotiate(groups, order, fractional, group_start, path_links,
-                                              path_hops, safe_cap, target_util)
+    best = None
+    restarts = min(MAX_RESTARTS, max(1, RESTART_WORK // max(1, len(order))))
+    for attempt in range(restarts):
+        trial = order if attempt == 0 else _group_shuffle(order, len(groups), attempt)
+        paths, iterations = _greedy_and_negotiate(groups, trial, fractional, group_start, path_links,
+                                                  path_hops, safe_cap, target_util)
+        done = _finish(groups, order, paths, safe_cap)
+        if best is None or done[2] > best[0][2] + 1e-12:
+            best = (done, iterations, attempt)
+        if done[2] * target_util >= 1 - 1e-9:       # every link within the target: good enough
+            break
+    (paths, rates, lam_int), iterations, attempt = best
     method = f"greedy + {iterations} negotiation rounds" if iterations else "greedy"
-    return (*_finish(groups, order, paths, safe_cap), method)
+    if attempt:
+        method += f" (group order {attempt})"
+    return paths, rates, lam_int, method
+
+
+def _group_shuffle(order, n_groups: int, seed: int):
+    """The same flows, groups taken in a seeded random order (MRTF order
+    kept within each group): a restart for the greedy + negotiation."""
+    import random
+    rank = list(range(n_groups))
+    random.Random(seed).shuffle(rank)
+    return sorted(order, key=lambda t: rank[t[0]])     # stable: MRTF within a group
 
 
 def _finish(groups, order, paths: dict[Hashable, int], safe_cap: np.ndarray):
@@ -95,5 +126,12 @@ def _greedy_and_negotiate(groups, order, fractional, group_start, path_links, pa
         iterations, _ = K.negotiate(flow_group, flow_demand, flow_path, group_start, path_links,
                                     path_hops, safe_cap, limit, load, NEGOTIATION_ITERATIONS,
                                     PRESENT0, PRESENT_GROWTH, HISTORY_STEP, NEGOTIATION_STALL)
+        # negotiate keeps its best routing but leaves ``load`` as of its last round
+        load[:] = 0.0
+        for i in range(n):
+            q = flow_path[i]
+            load[path_links[q, :path_hops[q]]] += flow_demand[i]
+        iterations += K.bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_links,
+                                          path_hops, safe_cap, load, BOTTLENECK_ROUNDS)
     paths = {f.key: int(flow_path[i] - group_start[gi]) for i, (gi, f) in enumerate(order)}
     return paths, iterations

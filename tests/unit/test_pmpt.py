@@ -136,3 +136,22 @@ def test_kempe_colouring_is_proper_with_max_degree_colours():
             colours = [col.colour[i] for i, e in enumerate(edges) if e[node_side] == node]
             assert sorted(colours) == [0, 1, 2, 3]
     assert not col.add(99, 0, 0)  # node 0 has no colour left
+
+
+def test_one_path_routing_reaches_093_of_lp_or_the_one_path_optimum():
+    """The acceptance bar of the benchmark, on the small web-search-derived
+    instances: the one-path-per-flow routing is >= 0.93 of the LP, or (where
+    no unsplittable routing can be) equal to the exact one-path optimum."""
+    from apps.lessor.lp import max_concurrent_flow_lp, one_path_optimum_milp
+    from experiments.te_instances import long_flows
+    for k in (4, 8):
+        view = NetworkView(builders.fattree(k, link_mbps=10))
+        for seed in (1, 2, 3):
+            flows = long_flows(view, "websearch", seed)
+            pd = PathDictionary(view)
+            alloc = pmpt(flows, pd)
+            lp = max_concurrent_flow_lp(flows, pd)
+            ratio = alloc.integral_lam / lp.lam
+            if ratio < 0.93:
+                opt, status, _ = one_path_optimum_milp(flows, pd)
+                assert status == "Optimal" and alloc.integral_lam >= opt * (1 - 1e-6), (k, seed, ratio, opt / lp.lam)
