@@ -43,8 +43,8 @@ NEGOTIATION_ITERATIONS = 1000
 # routing of random permutations on fat-trees k=8, 16).
 PRESENT0, PRESENT_GROWTH, HISTORY_STEP = 0.5, 1.05, 0.1
 NEGOTIATION_STALL = 100  # rounds without a better routing before giving up
-MAX_RESTARTS = 32       # restarts of greedy + negotiation with other group orders...
-RESTART_WORK = 4096      # ...as many as fit flows x restarts <= this (1024 flows: 4)
+MAX_RESTARTS = 16       # attempts of greedy + negotiation (other group orders)...
+RESTART_WORK = 1024      # ...as many as fit flows x attempts <= this (128 flows: 8; 1024: 1)
 BOTTLENECK_ROUNDS = 500  # bottleneck moves/exchanges after negotiation (each lowers the peak or its count)
 
 
