@@ -111,7 +111,7 @@ def _load_previous(path: Path, cfg: Config) -> dict:
 
 def run(cfg: Config, out_dir: Path) -> dict:
     if cfg.replot:
-        return replot(out_dir)
+        return replot(out_dir, cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     topo = cfg.topo()
     topo_file = out_dir / "topology.json"
@@ -302,9 +302,13 @@ def plot(report: dict, out_dir: Path) -> None:
     plt.close(fig)
 
 
-def replot(out_dir: Path) -> dict:
-    """Summary, tables and plots again from a results.json (no emulation)."""
+def replot(out_dir: Path, cfg: Config | None = None) -> dict:
+    """Summary, tables and plots again from a results.json (no emulation),
+    over ``cfg``'s apps, loads and seeds if given (runs missing for some are
+    left out of their means)."""
     report = json.loads((out_dir / "results.json").read_text())
+    if cfg is not None:
+        report["config"].update(apps=list(cfg.apps), loads=list(cfg.loads), seeds=list(cfg.seeds))
     report["summary"] = summarize(report)
     plot(report, out_dir)
     print_summary(report)
