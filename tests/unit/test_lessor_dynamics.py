@@ -61,9 +61,22 @@ def test_polling_verdict_reads_alg1_behaviour():
 
 def test_failure_verdict():
     ok = {"h5": failure_metrics(_series(10.0, 0.3, 9.0), 10.0), "h6": failure_metrics(_series(10.0, 0.2, 9.0), 10.0)}
-    v = failure_verdict(ok, period_s=0.5)
+    v = failure_verdict(ok, period_s=0.5, updates=[0.03, 0.11])
     assert v["rerouted_within_one_period"] and v["blackholed"] == [] and v["affected_flows"] == 2
-    assert not failure_verdict(ok, period_s=0.2)["rerouted_within_one_period"]
+    assert v["last_update_s"] == 0.11 and v["worst_tcp_zero_run_s"] == pytest.approx(0.3, abs=BIN_S)
+    assert not failure_verdict(ok, period_s=0.1, updates=[0.03, 0.11])["rerouted_within_one_period"]
+    assert not failure_verdict(ok, period_s=0.5, updates=[])["rerouted_within_one_period"]
     dead = {**ok, "h7": failure_metrics(_series(10.0, 100.0, 0.0), 10.0)}
-    v = failure_verdict(dead, period_s=5.0)
-    assert not v["rerouted_within_one_period"] and v["blackholed"] == ["h7"]
+    assert failure_verdict(dead, period_s=5.0, updates=[0.1])["blackholed"] == ["h7"]
+
+
+def test_controller_updates_are_read_from_its_log(tmp_path):
+    import datetime
+    from experiments.lessor_dynamics import controller_updates
+    t = datetime.datetime(2026, 11, 22, 7, 28, 20, 130833).timestamp()
+    (tmp_path / "c.log").write_text(
+        "2026-11-22 07:28:01,106 bwfabric INFO starting\n"
+        "2026-11-22 07:28:20,167 LessorApp INFO port e0_0:3 down: updating a0_0\n"
+        "2026-11-22 07:28:20,245 LessorApp INFO port a0_0:1 down: updating e3_1\n")
+    assert controller_updates(tmp_path / "c.log", t) == [pytest.approx(0.0362, abs=1e-3),
+                                                          pytest.approx(0.1142, abs=1e-3)]
