@@ -27,6 +27,11 @@ EXPERIMENTS = {
 }
 
 
+def default_items(overrides: dict) -> list[str]:
+    """An experiment's overrides as KEY=VALUE items (tuples comma-joined)."""
+    return [f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in overrides.items()]
+
+
 def run(name: str, option_items: list[str], out: Path) -> int:
     if name not in EXPERIMENTS:
         print(f"bwfabric experiment: unknown experiment {name!r}; known: "
@@ -34,8 +39,7 @@ def run(name: str, option_items: list[str], out: Path) -> int:
         return 2
     module, overrides, _ = EXPERIMENTS[name]
     try:
-        defaults = [f"{k}={','.join(v) if isinstance(v, tuple) else v}" for k, v in overrides.items()]
-        cfg = parse_options(module.Config, defaults + list(option_items))
+        cfg = parse_options(module.Config, default_items(overrides) + list(option_items))
     except (OptionError, ValueError) as exc:
         print(f"bwfabric experiment {name}: {exc}", file=sys.stderr)
         return 2

@@ -61,3 +61,12 @@ def test_lessor_sweep_resume_refuses_other_settings_and_never_overwrites(tmp_pat
     path.write_text(json.dumps({"identity": json.loads(json.dumps(cfg.identity())), "runs": {"1/0.5/ecmp": {"x": 1}}}))
     assert _load_previous(path, cfg) == {"1/0.5/ecmp": {"x": 1}}
     assert _load_previous(path, Config(resume=False)) == {}
+
+
+def test_every_registered_experiment_parses_its_own_defaults():
+    from experiments.options import parse_options
+    from experiments.registry import EXPERIMENTS, default_items
+    for name, (module, overrides, _) in EXPERIMENTS.items():
+        cfg = parse_options(module.Config, default_items(overrides))
+        for k, v in overrides.items():
+            assert getattr(cfg, k) == v, (name, k)
