@@ -151,6 +151,16 @@ def _on_path(path_links, path_hops, q, e):
 
 
 @njit(cache=True)
+def _crosses(load, cap, path_links, path_hops, q, bar):
+    """Does path q cross a link whose utilisation is at or above ``bar``?"""
+    for h in range(path_hops[q]):
+        e = path_links[q, h]
+        if load[e] / cap[e] >= bar:
+            return True
+    return False
+
+
+@njit(cache=True)
 def _path_peak(load, cap, path_links, path_hops, r, d):
     """Highest utilisation along path r once demand d is added."""
     peak = 0.0
@@ -187,13 +197,7 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
         # single moves
         for f in range(n):
             q = flow_path[f]
-            hot = False
-            for h in range(path_hops[q]):
-                e = path_links[q, h]
-                if load[e] / cap[e] >= bar:
-                    hot = True
-                    break
-            if not hot:
+            if not _crosses(load, cap, path_links, path_hops, q, bar):
                 continue
             d = flow_demand[f]
             g = flow_group[f]
@@ -220,12 +224,7 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
             # exchanges: f leaves a hot link for path r whose blocking links all lose flow x
             for f in range(n):
                 q = flow_path[f]
-                hot = False
-                for h in range(path_hops[q]):
-                    if load[path_links[q, h]] / cap[path_links[q, h]] >= bar:
-                        hot = True
-                        break
-                if not hot:
+                if not _crosses(load, cap, path_links, path_hops, q, bar):
                     continue
                 d = flow_demand[f]
                 g = flow_group[f]
