@@ -143,6 +143,12 @@ def negotiate(flow_group, flow_demand, flow_path, group_start, path_links, path_
 
 
 @njit(cache=True)
+def _add(load, path_links, path_hops, q, d):
+    for h in range(path_hops[q]):
+        load[path_links[q, h]] += d
+
+
+@njit(cache=True)
 def _on_path(path_links, path_hops, q, e):
     for h in range(path_hops[q]):
         if path_links[q, h] == e:
@@ -201,8 +207,7 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
                 continue
             d = flow_demand[f]
             g = flow_group[f]
-            for h in range(path_hops[q]):
-                load[path_links[q, h]] -= d
+            _add(load, path_links, path_hops, q, -d)
             best_r = -1
             best_peak = bar
             for r in range(group_start[g], group_start[g + 1]):
@@ -213,13 +218,11 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
                     best_peak = pk
                     best_r = r
             if best_r >= 0:
-                for h in range(path_hops[best_r]):
-                    load[path_links[best_r, h]] += d
+                _add(load, path_links, path_hops, best_r, d)
                 flow_path[f] = best_r
                 moved = True
                 break
-            for h in range(path_hops[q]):
-                load[path_links[q, h]] += d
+            _add(load, path_links, path_hops, q, d)
         if not moved:
             # exchanges: f leaves a hot link for path r whose blocking links all lose flow x
             for f in range(n):
@@ -228,8 +231,7 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
                     continue
                 d = flow_demand[f]
                 g = flow_group[f]
-                for h in range(path_hops[q]):
-                    load[path_links[q, h]] -= d
+                _add(load, path_links, path_hops, q, -d)
                 for r in range(group_start[g], group_start[g + 1]):
                     if r == q:
                         continue
@@ -248,36 +250,30 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
                         if not ok:
                             continue
                         gx = flow_group[x]
-                        for h in range(path_hops[qx]):
-                            load[path_links[qx, h]] -= dx
+                        _add(load, path_links, path_hops, qx, -dx)
                         done = False
                         if _path_peak(load, cap, path_links, path_hops, r, d) < bar:
-                            for h in range(path_hops[r]):
-                                load[path_links[r, h]] += d
+                            _add(load, path_links, path_hops, r, d)
                             for rx in range(group_start[gx], group_start[gx + 1]):
                                 if rx == qx:
                                     continue
                                 if _path_peak(load, cap, path_links, path_hops, rx, dx) < bar:
-                                    for h in range(path_hops[rx]):
-                                        load[path_links[rx, h]] += dx
+                                    _add(load, path_links, path_hops, rx, dx)
                                     flow_path[f] = r
                                     flow_path[x] = rx
                                     done = True
                                     break
                             if not done:
-                                for h in range(path_hops[r]):
-                                    load[path_links[r, h]] -= d
+                                _add(load, path_links, path_hops, r, -d)
                         if done:
                             moved = True
                             break
-                        for h in range(path_hops[qx]):
-                            load[path_links[qx, h]] += dx
+                        _add(load, path_links, path_hops, qx, dx)
                     if moved:
                         break
                 if moved:
                     break
-                for h in range(path_hops[q]):
-                    load[path_links[q, h]] += d
+                _add(load, path_links, path_hops, q, d)
         if not moved:
             break
         rounds += 1
