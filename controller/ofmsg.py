@@ -136,12 +136,12 @@ class GroupMod:
 
 @dataclass(frozen=True)
 class MeterMod:
-    """A meter with one drop band: traffic above ``rate_kbps`` (burst
-    ``burst_kb``) is dropped."""
+    """A meter with one drop band: traffic above ``rate_kbps`` (bucket of
+    ``burst_kbit`` kilobits) is dropped."""
     command: str  # add | modify | delete
     meter_id: int
     rate_kbps: int = 0
-    burst_kb: int = 0
+    burst_kbit: int = 0
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def to_parser(dp: Any, msg: ofmsg.Message) -> Any:
                              getattr(ofp, _GROUP_TYPES[msg.group_type]), msg.group_id, buckets)
     if isinstance(msg, ofmsg.MeterMod):
         command = {"add": ofp.OFPMC_ADD, "modify": ofp.OFPMC_MODIFY, "delete": ofp.OFPMC_DELETE}[msg.command]
-        bands = [] if msg.command == "delete" else [p.OFPMeterBandDrop(rate=msg.rate_kbps, burst_size=msg.burst_kb)]
+        bands = [] if msg.command == "delete" else [p.OFPMeterBandDrop(rate=msg.rate_kbps, burst_size=msg.burst_kbit)]
         return p.OFPMeterMod(dp, command=command, flags=ofp.OFPMF_KBPS | ofp.OFPMF_BURST,
                              meter_id=msg.meter_id, bands=bands)
     if isinstance(msg, ofmsg.PacketOut):

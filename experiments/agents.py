@@ -2,7 +2,9 @@
 (in the host's network namespace), a fresh master secret per run, and the
 controller-side clients that configure them over the authenticated channel.
 The BPF side (WC congestion control, sock_ops) is loaded once per machine
-and unloaded at the end if this run loaded it."""
+by :class:`BpfLoaded`, *before* the fabric starts: Mininet hosts get
+private mount namespaces when they are created, so a bpffs mounted later
+is invisible to the agents inside them."""
 
 from __future__ import annotations
 
@@ -21,6 +23,29 @@ class AgentError(RuntimeError):
     pass
 
 
+class BpfLoaded:
+    """Context: the WC congestion control and sock_ops program are loaded
+    while inside; unloaded at the end if this context loaded them."""
+
+    def __init__(self):
+        self.loaded = False
+
+    def __enter__(self) -> "BpfLoaded":
+        if not cc.cc_registered():
+            cc.load()
+            self.loaded = True
+        else:
+            cc.load()      # idempotent: checks the pins, attaches sock_ops if missing
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.loaded:
+            try:
+                cc.unload(wait_s=15)
+            except cc.CcError as exc:
+                print(f"warning: {exc}", file=sys.stderr)
+
+
 class Agents:
     def __init__(self, fab: Fabric, workdir: Path, hosts: list[str] | None = None):
         self.fab = fab
@@ -29,13 +54,15 @@ class Agents:
         self.master = secrets.token_bytes(32)
         self.procs: dict[str, object] = {}
         self.clients: dict[str, AgentClient] = {}
-        self.loaded_cc = False
 
     def start(self) -> "Agents":
         self.workdir.mkdir(parents=True, exist_ok=True)
-        if not cc.cc_registered():
-            cc.load()
-            self.loaded_cc = True
+        probe = self.fab.host(self.hosts[0]).cmd(f"ls {cc.BPFFS}").split()
+        missing = [m for m in cc.MAPS if m not in probe]
+        if missing:
+            raise AgentError(f"the WC congestion control's maps ({', '.join(missing)}) are not visible in host "
+                             f"{self.hosts[0]}'s mount namespace at {cc.BPFFS}: load it before the fabric starts "
+                             "(experiments.agents.BpfLoaded, or `python -m hostagent.cc load`)")
         for h in self.hosts:
             key_file = self.workdir / f"{h}.key"
             key_file.write_text(host_key(self.master, h).hex())
@@ -78,11 +105,6 @@ class Agents:
                 p.wait(10)
             except Exception:
                 p.kill()
-        if self.loaded_cc:
-            try:
-                cc.unload(wait_s=15)
-            except cc.CcError as exc:
-                print(f"warning: {exc}", file=sys.stderr)
 
     def __enter__(self) -> "Agents":
         return self.start()

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experiments import results as R
-from experiments.agents import Agents
+from experiments.agents import Agents, BpfLoaded
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from experiments.options import OptionError
@@ -229,7 +229,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
     env = {"BWFABRIC_PRIO_QUEUES": json.dumps({"guarantees_mbps": meters})} if cfg.kind in (
         "fig12", "fig13", "adversarial") else None
     report["meters_mbps"] = meters if env else None
-    with Fabric(topo, of_port=cfg.of_port, queues="tc") as fab, \
+    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, queues="tc") as fab, \
             ControllerProcess(out_dir / "topology.json", ["single_path", "prio_queues"], cfg.of_port,
                               out_dir / "controller.log", env=env), \
             Agents(fab, out_dir / "agents") as agents:

@@ -16,8 +16,9 @@ Message types (controller -> agent):
 - ``status``: what is in force, counters, the live Eq. 1 buffer.
 
 Every 2 s the agent recomputes Eq. 1's buffer, B = beta * maxRTT * sum(BW),
-from its live MPTCP subflows (``ss``) and re-applies the buffer sysctls when
-B moves by more than 20 %.
+with maxRTT the largest live MPTCP subflow RTT (``ss``) of the last 30 s
+and sum(BW) the NIC rate, and re-applies the buffer sysctls when B moves by
+more than 20 %.
 
 A forged, replayed or malformed message is refused, logged, and answered
 with an error (nothing else happens). If the controller goes away, the
@@ -34,9 +35,11 @@ import socket
 import struct
 import sys
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
+from hostagent.observe import BufferSizer
 from hostagent.channel import ChannelError, ReplayGuard, Receiver, Sender
 from hostagent.executor import ExecError, Executor
 from hostagent.plan import HostConfig, PlanError, host_plan
@@ -117,6 +120,7 @@ class Agent:
         self.executor = Executor(state_file=state_dir / "executor.json")
         self.config: HostConfig | None = None
         self.rcvbuf: int | None = None   # Eq. 1's buffer from live subflows (None: not measured yet)
+        self.sizer = BufferSizer()
         self.rejected = 0
         self.lock = threading.Lock()
 
@@ -162,29 +166,26 @@ class Agent:
                     "config": None if self.config is None else asdict(self.config)}
         raise PlanError(f"unknown message type {msg_type!r} (config, status)")
 
-    def refresh_buffer(self, ss_text: str) -> bool:
-        """Eq. 1 from live subflows: B = beta * maxRTT * sum(BW); re-applied
-        when it moves by more than 20 %. Returns whether it was."""
+    def refresh_buffer(self, ss_text: str, now: float | None = None) -> bool:
+        """Eq. 1 from live subflows (:class:`hostagent.observe.BufferSizer`);
+        re-applied when it moves by more than 20 %. Returns whether it was."""
         from hostagent.observe import buffer_inputs, parse_ss
-        from hostagent.policy import receive_buffer_bytes
         with self.lock:
             if self.config is None:
                 return False
-            max_rtt, total = buffer_inputs(parse_ss(ss_text))
-            if total <= 0:
-                return False
-            want = receive_buffer_bytes(max_rtt, total, self.config.beta)
-            if self.rcvbuf is not None and abs(want - self.rcvbuf) <= 0.2 * self.rcvbuf:
+            rtt_now, total = buffer_inputs(parse_ss(ss_text))
+            want = self.sizer.update(time.monotonic() if now is None else now, rtt_now,
+                                     self.config.nic_mbps * 1e6, self.config.beta, self.rcvbuf)
+            if want is None:
                 return False
             self.rcvbuf = want
             self.executor.apply(host_plan(self.config, want))
-            log.info("receive/send buffer %d B (Eq. 1: maxRTT %.1f ms, sum BW %.1f Mb/s)", want,
-                     max_rtt * 1e3, total / 1e6)
+            log.info("receive/send buffer %d B (Eq. 1: maxRTT %.1f ms, NIC %g Mb/s; measured sum BW %.1f Mb/s)",
+                     want, self.sizer.max_rtt() * 1e3, self.config.nic_mbps, total / 1e6)
             return True
 
     def buffer_loop(self, period_s: float = 2.0) -> None:
         import subprocess
-        import time
         while True:
             time.sleep(period_s)
             try:
@@ -195,7 +196,10 @@ class Agent:
 
     def serve(self, server: socket.socket) -> None:
         while True:
-            conn, _ = server.accept()
+            try:
+                conn, _ = server.accept()
+            except OSError:       # the listening socket was closed: shutting down
+                return
             threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
 
     def _connection(self, conn: socket.socket) -> None:

@@ -1,13 +1,24 @@
 """What the agent reads back from the kernel (pure parsing): live TCP/MPTCP
-subflow RTTs and delivery rates from ``ss -tinH``, for Eq. 1's buffer."""
+subflow RTTs and rates from ``ss -tinH``, for Eq. 1's buffer.
+
+A receiver's own ``rtt`` only times its ACK-only direction; its
+``rcv_rtt`` (the receiver's estimate of the sender's round trip, queueing
+included) is what its buffer must cover, so a subflow's RTT is the larger
+of the two; likewise its rate is the larger of ``delivery_rate`` (sending)
+and ``rcv_space`` per ``rcv_rtt`` (receiving)."""
 
 from __future__ import annotations
 
+import collections
 import re
 from dataclasses import dataclass
 
+from hostagent.policy import receive_buffer_bytes
+
 _RTT = re.compile(r"\brtt:([\d.]+)/")
 _RATE = re.compile(r"\bdelivery_rate (\d+)bps")
+_RCV_RTT = re.compile(r"\brcv_rtt:([\d.]+)")
+_RCV_SPACE = re.compile(r"\brcv_space:(\d+)")
 _MPTCP = re.compile(r"\btcp-ulp-mptcp\b")
 
 
@@ -29,13 +40,59 @@ def parse_ss(text: str, mptcp_only: bool = True) -> list[Subflow]:
         rtt = _RTT.search(line)
         if rtt is None:
             continue
+        rtt_s = float(rtt.group(1)) / 1000.0
         rate = _RATE.search(line)
-        out.append(Subflow(float(rtt.group(1)) / 1000.0, float(rate.group(1)) if rate else 0.0))
+        bps = float(rate.group(1)) if rate else 0.0
+        rcv_rtt, rcv_space = _RCV_RTT.search(line), _RCV_SPACE.search(line)
+        if rcv_rtt and float(rcv_rtt.group(1)) > 0:
+            rcv_rtt_s = float(rcv_rtt.group(1)) / 1000.0
+            rtt_s = max(rtt_s, rcv_rtt_s)
+            if rcv_space:
+                bps = max(bps, int(rcv_space.group(1)) * 8 / rcv_rtt_s)
+        out.append(Subflow(rtt_s, bps))
     return out
 
 
 def buffer_inputs(subflows: list[Subflow]) -> tuple[float, float]:
-    """(max RTT in seconds, sum of delivery rates in bit/s) -- Eq. 1's maxRTT and sum(BW)."""
+    """(max RTT in seconds, sum of rates in bit/s) -- Eq. 1's maxRTT and the measured sum(BW)."""
     if not subflows:
         return 0.0, 0.0
     return max(s.rtt_s for s in subflows), sum(s.delivery_bps for s in subflows)
+
+
+RTT_WINDOW_S = 30.0
+CHANGE = 0.2
+
+
+class BufferSizer:
+    """Eq. 1, B = beta * maxRTT * sum(BW), from a stream of live samples.
+
+    - maxRTT: the largest subflow RTT seen in the last ``window_s`` -- a
+      buffer sized in a lull would stall the next busy period (sockets take
+      tcp_wmem's size when they open);
+    - sum(BW): the NIC rate. Measured rates are capped by the very buffer
+      being sized (a small buffer slows the subflows, which then ask for a
+      smaller one), and a receiver's estimates overshoot; the NIC is what a
+      VM's subflows can carry together.
+
+    :meth:`update` returns the new B, or None while it is within ``change``
+    of the one in force (or no subflow is live)."""
+
+    def __init__(self, window_s: float = RTT_WINDOW_S, change: float = CHANGE):
+        self.window_s, self.change = window_s, change
+        self.samples: collections.deque[tuple[float, float]] = collections.deque()
+
+    def max_rtt(self) -> float:
+        return max((r for _, r in self.samples), default=0.0)
+
+    def update(self, now: float, rtt_s: float, nic_bps: float, beta: float, in_force: int | None) -> int | None:
+        if rtt_s > 0:
+            self.samples.append((now, rtt_s))
+        while self.samples and self.samples[0][0] < now - self.window_s:
+            self.samples.popleft()
+        if not self.samples:
+            return None
+        want = receive_buffer_bytes(self.max_rtt(), nic_bps, beta)
+        if in_force is not None and abs(want - in_force) <= self.change * in_force:
+            return None
+        return want

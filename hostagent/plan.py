@@ -58,10 +58,11 @@ class HostConfig:
     unit_mbps: float = PAPER_UNIT_MBPS
     competition: float | None = None
     beta: float = DEFAULT_BETA
+    rtt_hint_ms: float = 50.0      # Eq. 1's maxRTT until live subflows are measured
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
     FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
-              "policy", "unit_mbps", "competition", "beta", "pair_limits_mbps")
+              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "pair_limits_mbps")
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
@@ -107,6 +108,8 @@ class HostConfig:
             problems.append(f"unit_mbps {self.unit_mbps!r} must be positive")
         if not _num(self.beta) or self.beta <= 0:
             problems.append(f"beta {self.beta!r} must be positive")
+        if not _num(self.rtt_hint_ms) or not 0 < self.rtt_hint_ms <= 10_000:
+            problems.append(f"rtt_hint_ms {self.rtt_hint_ms!r} must be in (0, 10000]")
         for dst, mbps in self.pair_limits_mbps.items():
             try:
                 ipaddress.IPv4Address(dst)
@@ -214,15 +217,19 @@ class Plan:
 # ---- planners ---------------------------------------------------------------------------------
 def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl]:
     """MPTCP on; BG subflows' default congestion control; Eq. 1's buffer as
-    tcp_rmem's and tcp_wmem's ceilings (autotuning grows up to them). Until
-    the agent has live RTTs (see hostagent.observe), the buffer is planned
-    for 1 ms RTT at the NIC rate."""
-    buf = rcvbuf_bytes if rcvbuf_bytes is not None else receive_buffer_bytes(1e-3, cfg.nic_mbps * 1e6, cfg.beta)
+    tcp_rmem's ceiling (autotuning grows up to it) and as tcp_wmem's
+    initial size and ceiling. Until the agent has live RTTs (see
+    hostagent.observe), the buffer is planned for ``rtt_hint_ms`` at the NIC
+    rate: WC subflows queue behind BG, so their RTT is the low queue's delay,
+    far above the fabric's base RTT."""
+    buf = rcvbuf_bytes if rcvbuf_bytes is not None else receive_buffer_bytes(cfg.rtt_hint_ms / 1e3, cfg.nic_mbps * 1e6, cfg.beta)
     return [Sysctl("net.mptcp.enabled", "1"),
             Sysctl("net.ipv4.tcp_congestion_control", BG_CC),
             Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
-            # the sender holds as much: data waiting on a slow subflow must not stall the others
-            Sysctl("net.ipv4.tcp_wmem", f"4096 16384 {buf}")]
+            # the sender holds as much, from the start: an MPTCP connection's send
+            # buffer is its subflows' sum, freed only by in-order DATA_ACKs, so data
+            # waiting on the slow WC subflow would otherwise leave BG nothing to send
+            Sysctl("net.ipv4.tcp_wmem", f"4096 {buf} {buf}")]
 
 
 def mptcp_plan(cfg: HostConfig) -> list[MptcpLimits | MptcpEndpoint]:
@@ -256,7 +263,12 @@ def nft_plan(cfg: HostConfig) -> NftTable:
 
 
 LEAF_QUEUE_S = 0.005      # leaf FIFOs hold ~5 ms at their class rate...
-LEAF_QUEUE_MIN = 3 * 9000  # ...and at least three jumbo frames
+# ...and at least four GSO super-packets: the host's own qdisc sees TCP's
+# segments before segmentation (up to 64 KiB each); a FIFO shorter than one
+# drops every such send, and TCP takes a local drop as congestion (a BG
+# subflow at 35 Mb/s with a 27 KB FIFO stalled in RTO backoff). TCP small
+# queues keep each socket's share of this queue to ~1 ms anyway.
+LEAF_QUEUE_MIN = 4 * 65536
 
 
 def _leaf(dev: str, classid: str, rate_bps: int) -> TcLeaf:

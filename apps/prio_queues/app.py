@@ -3,14 +3,15 @@
 app: ``bwfabric controller --apps ecmp,prio_queues``.
 
 ``BWFABRIC_PRIO_QUEUES``: optional JSON object ``{"guarantees_mbps": {host:
-Mb/s}, "burst_kb": N}`` -- per-host BG meters at the ToRs. Unknown keys,
+Mb/s}, "burst_kbit": N}`` -- per-host BG meters at the ToRs (burst in
+kilobits; default 20 ms at the guarantee, at least 8 jumbo frames). Unknown keys,
 unknown hosts and bad values are refused at start, naming them.
 """
 
 import json
 import os
 
-from apps.prio_queues.logic import DEFAULT_BURST_KB, PrioQueuesLogic
+from apps.prio_queues.logic import PrioQueuesLogic
 from controller.app_base import FabricApp
 from controller.sdn import CONFIG_DISPATCHER, DEAD_DISPATCHER, ofp_event, set_ev_cls
 
@@ -20,9 +21,9 @@ SETTINGS_ENV = "BWFABRIC_PRIO_QUEUES"
 
 def logic_from_env(view, raw):
     data = json.loads(raw) if raw else {}
-    if not isinstance(data, dict) or set(data) - {"guarantees_mbps", "burst_kb"}:
-        raise ValueError(f"{SETTINGS_ENV}: a JSON object with keys guarantees_mbps, burst_kb; got {raw!r}")
-    return PrioQueuesLogic(view, data.get("guarantees_mbps") or {}, data.get("burst_kb", DEFAULT_BURST_KB))
+    if not isinstance(data, dict) or set(data) - {"guarantees_mbps", "burst_kbit"}:
+        raise ValueError(f"{SETTINGS_ENV}: a JSON object with keys guarantees_mbps, burst_kbit; got {raw!r}")
+    return PrioQueuesLogic(view, data.get("guarantees_mbps") or {}, data.get("burst_kbit"))
 
 
 class PrioQueuesApp(FabricApp):

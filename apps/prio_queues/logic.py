@@ -41,7 +41,15 @@ QUEUE_WC = 1
 PRIO_KNOWN = PRIO_CLASSIFY + 202
 PRIO_REWRITE = PRIO_CLASSIFY + 201
 PRIO_METERED = PRIO_CLASSIFY + 210
-DEFAULT_BURST_KB = 64
+# Meter burst (kilobits, as OpenFlow counts it for kb/s meters): 20 ms at
+# the guarantee, and never below 8 jumbo frames -- a bucket smaller than one
+# frame drops every frame of that size (userspace OVS does exactly that).
+BURST_S = 0.020
+MIN_BURST_KBIT = 8 * 9000 * 8 // 1000
+
+
+def default_burst_kbit(rate_kbps: int) -> int:
+    return max(MIN_BURST_KBIT, int(rate_kbps * BURST_S))
 
 
 def classification_entries() -> list[ofmsg.Message]:
@@ -64,7 +72,7 @@ class PrioQueuesLogic:
     (host -> Mb/s) adds the ToR meters."""
 
     def __init__(self, view: NetworkView | None = None, guarantees_mbps: dict[str, float] | None = None,
-                 burst_kb: int = DEFAULT_BURST_KB):
+                 burst_kbit: int | None = None):
         guarantees_mbps = guarantees_mbps or {}
         if guarantees_mbps and view is None:
             raise ValueError("prio_queues: guarantees need the network view")
@@ -76,13 +84,14 @@ class PrioQueuesLogic:
                 problems.append(f"{host}: guarantee {mbps!r} must be a positive number of Mb/s")
             elif mbps > view.capacity(host, view.host_switch(host)[0]) / 1e6:
                 problems.append(f"{host}: guarantee {mbps} Mb/s exceeds its link")
-        if not isinstance(burst_kb, int) or burst_kb <= 0:
-            problems.append(f"burst_kb {burst_kb!r} must be a positive integer")
+        if burst_kbit is not None and (not isinstance(burst_kbit, int) or isinstance(burst_kbit, bool)
+                                       or burst_kbit <= 0):
+            problems.append(f"burst_kbit {burst_kbit!r} must be a positive integer (kilobits)")
         if problems:
             raise ValueError("prio_queues: " + "; ".join(problems))
         self.view = view
         self.guarantees = dict(guarantees_mbps)
-        self.burst_kb = burst_kb
+        self.burst_kbit = burst_kbit
 
     def switch_connected(self, switch: str) -> list[ofmsg.Message]:
         msgs: list[ofmsg.Message] = [wipe_app(APP_PRIO_QUEUES), *classification_entries()]
@@ -91,7 +100,8 @@ class PrioQueuesLogic:
             if sw != switch:
                 continue
             msgs.append(ofmsg.MeterMod("delete", port))
-            msgs.append(ofmsg.MeterMod("add", port, int(mbps * 1000), self.burst_kb))
+            rate = int(mbps * 1000)
+            msgs.append(ofmsg.MeterMod("add", port, rate, self.burst_kbit or default_burst_kbit(rate)))
             match = ofmsg.Match.of(in_port=port, eth_type=ofmsg.ETH_TYPE_IP, ip_dscp=DSCP_BG)
             msgs.append(ofmsg.FlowMod(TABLE_CLASSIFY, PRIO_METERED, match,
                                       (ofmsg.MeterInstruction(port), ofmsg.ApplyActions((ofmsg.SetQueue(QUEUE_BG),)),

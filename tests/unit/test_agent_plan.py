@@ -66,6 +66,9 @@ def test_tc_plan_limits_bg_to_the_guarantee_and_leaves_wc_to_the_nic():
     assert filters == [P.TcFilter("s1-eth0", 1000, (0x00, 0xFC), P.CLASS_BG)]
     # every class hangs under the root at the NIC rate; the root under the qdisc
     assert all(c.parent == P.CLASS_ROOT for k, c in classes.items() if k != P.CLASS_ROOT)
+    # leaf FIFOs take whole GSO super-packets (64 KiB): a shorter one stalls TCP
+    leaves = {s.parent: s.limit_bytes for s in steps if isinstance(s, P.TcLeaf)}
+    assert set(leaves) == {P.CLASS_BG, P.CLASS_WC} and min(leaves.values()) >= 2 * 65536
 
 
 def test_tc_plan_pipe_model_adds_per_destination_bg_classes_tried_first():
@@ -110,7 +113,7 @@ ESTAB 0      0      10.9.1.1:22 10.9.1.5:40000
 
 
 def test_live_subflows_feed_eq1():
-    from hostagent.observe import buffer_inputs, parse_ss
+    from hostagent.observe import Subflow, buffer_inputs, parse_ss
     subs = parse_ss(SS_SAMPLE)
     assert len(subs) == 2                                  # the plain TCP socket is not a subflow
     max_rtt, total = buffer_inputs(subs)
@@ -119,6 +122,10 @@ def test_live_subflows_feed_eq1():
     assert buffer_inputs([]) == (0.0, 0.0)
     # Eq. 1 with these: 3 * 19.9 ms * 27.3 Mb/s / 8 = 203 KB
     assert receive_buffer_bytes(max_rtt, total) == int(3 * 0.019891 * (2734976 + 24522528) / 8)
+    # a receiver: its own rtt times ACKs only; rcv_rtt and rcv_space give the round trip and rate it sees
+    rx = parse_ss("ESTAB 0 0 10.0.0.5:10101 10.0.0.1:35679\n\t bwf_wc rtt:1/0.5 ato:48 mss:8948 cwnd:10 "
+                  "app_limited rcv_rtt:15.75 rcv_space:56588 tcp-ulp-mptcp flags:Jec\n")
+    assert rx == [Subflow(0.01575, pytest.approx(56588 * 8 / 0.01575))]
 
 
 def test_bgwc_share_error_and_window_mean():
@@ -129,3 +136,18 @@ def test_bgwc_share_error_and_window_mean():
     assert share_error({"a": 0.0}, {"a": 1}) is None
     rates = [{"t": 1.0, "x": 2.0}, {"t": 2.0, "x": 4.0}, {"t": 3.0, "x": 6.0}]
     assert window_mean(rates, "x", 1.0, 3.0) == 5.0 and window_mean(rates, "y", 0, 9) == 0.0
+
+
+def test_eq1_sizer_keeps_the_largest_rtt_of_its_window_and_the_nic_rate():
+    from hostagent.observe import BufferSizer
+    nic = 100e6
+    sizer = BufferSizer(window_s=30, change=0.2)
+    assert sizer.update(0.0, 0.0, nic, 3, None) is None                 # nothing live: nothing to size
+    b = sizer.update(1.0, 0.040, nic, 3, None)
+    assert b == int(3 * 0.040 * nic / 8)                                 # 1.5 MB for 40 ms at 100 Mb/s
+    assert sizer.update(3.0, 0.045, nic, 3, b) is None                   # within 20 %: left alone
+    assert sizer.update(5.0, 0.010, nic, 3, b) is None                   # a lull keeps the 40 ms peak
+    bigger = sizer.update(7.0, 0.100, nic, 3, b)
+    assert bigger == int(3 * 0.100 * nic / 8)
+    # 30 s after the 100 ms peak only the lull's samples remain -> shrinks
+    assert sizer.update(37.5, 0.010, nic, 3, bigger) == int(3 * 0.010 * nic / 8)
