@@ -54,6 +54,7 @@ PAPER_UNIT = 75.0
 DATA_PORT = 7100
 UDP_PORT = 7200
 METER_HEADROOM = 1.05
+SUBFLOWS_AT_S = 4.0   # when the meter counts each sender's subflows (after the joins)
 TABLE3_ROWS = ((400, 200, 200), (300, 100, 100), (400, 200, 100), (400, 200, None))
 
 
@@ -102,6 +103,7 @@ class Meter:
     def __init__(self, fab: Fabric, receivers: list[str], period_s: float):
         self.fab, self.receivers, self.period_s = fab, receivers, period_s
         self.samples: list[tuple[float, dict[str, int]]] = []
+        self.subflows: dict[str, dict[str, int]] | None = None
         self._stop = threading.Event()
         self.t0 = time.time()
 
@@ -135,7 +137,19 @@ class Meter:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.samples.append((time.time() - self.t0, self.read()))
+            if self.subflows is None and self.samples[-1][0] >= SUBFLOWS_AT_S:
+                self.subflows = self.count_subflows()
             self._stop.wait(self.period_s)
+
+    def count_subflows(self) -> dict[str, dict[str, int]]:
+        """Per sender: its MPTCP subflows by kind (first = BG, joins = WC), from ss."""
+        out = {}
+        for snd in SENDERS:
+            res = subprocess.run(["mnexec", "-a", str(self.fab.host(snd).pid), "ss", "-tinH"],
+                                 capture_output=True, text=True)
+            lines = [ln for ln in res.stdout.splitlines() if "tcp-ulp-mptcp" in ln]
+            out[snd] = {"bg": sum(" flags:M" in ln for ln in lines), "wc": sum(" flags:J" in ln for ln in lines)}
+        return out
 
     def stop(self) -> None:
         self._stop.set()
@@ -194,9 +208,10 @@ class Traffic:
             p.wait(5)
 
 
-def _measured(fab: Fabric, cfg: Config, scenario) -> list[dict]:
+def _measured(fab: Fabric, cfg: Config, scenario) -> tuple[list[dict], dict | None]:
     """Receiver meters around ``scenario(traffic)``, which starts flows and
-    sleeps through the run; per-interval rates."""
+    sleeps through the run: per-interval rates, and each sender's subflows
+    counted ``SUBFLOWS_AT_S`` in."""
     traffic = Traffic(fab, cfg)
     meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
     try:
@@ -205,7 +220,7 @@ def _measured(fab: Fabric, cfg: Config, scenario) -> list[dict]:
     finally:
         meter.stop()
         traffic.close()
-    return meter.rates()
+    return meter.rates(), meter.subflows
 
 
 def share_error(measured: dict[str, float], wanted: dict[str, float]) -> float | None:
@@ -266,7 +281,7 @@ def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         for s in SENDERS:
             traffic.udp(s, udp_mbps, half)
         time.sleep(half)
-    rates = _measured(fab, cfg, scenario)
+    rates, subflows = _measured(fab, cfg, scenario)
     phases = {"tcp": (3.0, half), "tcp+udp": (half + 3.0, cfg.duration)}
     table = {}
     for name, (a, b) in phases.items():
@@ -279,7 +294,7 @@ def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         used = sum(r["bg"] + r["wc"] + r["udp"] for r in rows.values()) / cfg.link_mbps
         verdict[name] = {"min_bg_of_guarantee": min(held.values()), "link_use": used,
                          "bg_of_guarantee": held}
-    return {"rates": rates, "phases": table, "verdict": verdict}
+    return {"rates": rates, "subflows": subflows, "phases": table, "verdict": verdict}
 
 
 def _fig13(fab: Fabric, agents: Agents, cfg: Config) -> dict:
@@ -295,14 +310,14 @@ def _fig13(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         time.sleep(cfg.stop_s)
         traffic.bulk("s2", total)
         time.sleep(15.0)
-    rates = _measured(fab, cfg, scenario)
+    rates, subflows = _measured(fab, cfg, scenario)
     t_stop, t_back = cfg.stop_at, cfg.stop_at + cfg.stop_s
     others = [s for s in SENDERS if s != "s2"]
     s2_before = window_mean(rates, "bg-s2", t_stop - 5, t_stop) + window_mean(rates, "wc-s2", t_stop - 5, t_stop)
     wc_before = sum(window_mean(rates, f"wc-{s}", t_stop - 5, t_stop) for s in others)
     wc_after2 = sum(window_mean(rates, f"wc-{s}", t_stop + 1.5, t_stop + 2.5) for s in others)
     s2_back = window_mean(rates, "bg-s2", t_back + 1.5, t_back + 2.5)
-    return {"rates": rates, "verdict": {
+    return {"rates": rates, "subflows": subflows, "verdict": {
         "freed_mbps": s2_before, "others_wc_before": wc_before, "others_wc_2s_after": wc_after2,
         "captured_fraction_2s": (wc_after2 - wc_before) / s2_before if s2_before else None,
         "s2_bg_2s_after_restart_of_guarantee": s2_back / g["s2"]}}
@@ -314,13 +329,14 @@ def _table3(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         g = {s: (r or 0) * cfg.scale for s, r in zip(SENDERS[:3], row)}
         explicit = {s: (0.0 if r is None else r * cfg.scale / cfg.unit_mbps) for s, r in zip(SENDERS[:3], row)}
         _configure(agents, cfg, g, explicit=explicit)
-        rates = _measured(fab, cfg, lambda t: ([t.bulk(s, cfg.duration) for s in SENDERS[:3]],
+        rates, subflows = _measured(fab, cfg, lambda t: ([t.bulk(s, cfg.duration) for s in SENDERS[:3]],
                                                time.sleep(cfg.duration)))
         wc = {s: window_mean(rates, f"wc-{s}", 5.0, cfg.duration) for s in SENDERS[:3]}
         bg = {s: window_mean(rates, f"bg-{s}", 5.0, cfg.duration) for s in SENDERS[:3]}
         a_l = {s: explicit[s] for s in SENDERS[:3]}
         err = share_error(wc, a_l)
-        rows.append({"row": row, "guarantees": g, "a_l": a_l, "bg": bg, "wc": wc, "max_rel_error": err})
+        rows.append({"row": row, "guarantees": g, "a_l": a_l, "bg": bg, "wc": wc, "max_rel_error": err,
+                     "subflows": subflows})
         time.sleep(2.0)
     return {"rows": rows, "verdict": {"max_rel_error": max(r["max_rel_error"] or 9 for r in rows)}}
 
@@ -343,12 +359,13 @@ def _fig14(fab: Fabric, agents: Agents, cfg: Config) -> dict:
                 for s in ("s3", "s4"):
                     traffic.bulk(s, cfg.duration)
                 time.sleep(cfg.duration)
-            rates = _measured(fab, cfg, scenario)
+            rates, subflows = _measured(fab, cfg, scenario)
             wc = {s: window_mean(rates, f"wc-{s}", 5.0, cfg.duration) for s in senders}
             want = ({"s1": conns / (conns + 2), "s3": 1 / (conns + 2), "s4": 1 / (conns + 2)} if policy == "none"
                     else {s: 1 / 3 for s in senders})
             err = share_error(wc, want)
-            out.append({"conns": conns, "policy": policy, "wc": wc, "expected_share": want, "max_rel_error": err})
+            out.append({"conns": conns, "policy": policy, "wc": wc, "expected_share": want, "max_rel_error": err,
+                        "subflows": subflows})
             time.sleep(2.0)
     return {"runs": out, "verdict": {"max_rel_error": max(r["max_rel_error"] or 9 for r in out)}}
 
@@ -370,12 +387,12 @@ def _adversarial(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         time.sleep(third)
         traffic.bulk("s4", third, conns=4)   # and TCP from many connections
         time.sleep(third)
-    rates = _measured(fab, cfg, scenario)
+    rates, subflows = _measured(fab, cfg, scenario)
     held = {}
     for i, attack in enumerate(("udp-bg", "udp-ef", "tcp-many")):
         a, b = i * third + 3.0, (i + 1) * third
         held[attack] = {s: window_mean(rates, f"bg-{s}", a, b) / g[s] for s in SENDERS[:3]}
-    return {"rates": rates, "verdict": {"min_bg_of_guarantee": min(min(v.values()) for v in held.values()),
+    return {"rates": rates, "subflows": subflows, "verdict": {"min_bg_of_guarantee": min(min(v.values()) for v in held.values()),
                                         "bg_of_guarantee": held}}
 
 

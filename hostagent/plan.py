@@ -31,6 +31,7 @@ from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competiti
 
 NFT_TABLE = "bwfabric"
 CT_MARK_WC = 0x20
+MPTCP_ADD_ADDR = 3                # MPTCP option subtype
 TOS_BG, TOS_WC = 0x00, 0x20
 TC_HANDLE = "1:"
 CLASS_ROOT, CLASS_BG, CLASS_WC = "1:1", "1:10", "1:20"
@@ -243,13 +244,24 @@ def mptcp_plan(cfg: HostConfig) -> list[MptcpLimits | MptcpEndpoint]:
 def nft_plan(cfg: HostConfig) -> NftTable:
     """Join subflows marked in conntrack (both directions: our SYN out, the
     peer's SYN in), then every IPv4 packet out gets exactly one of the two
-    ToS values."""
+    ToS values.
+
+    Only the side that opened a connection joins: ADD_ADDR (MPTCP subtype 3)
+    from the peer of a connection this host accepted (conntrack direction
+    original) is dropped. Every host announces its join port (it serves
+    too), and the in-kernel path manager answers any announcement with a
+    join; with both ends doing so at once each refuses the other's join once
+    its own has taken the subflow limit, and the connection is left with no
+    WC subflow (seen on the testbed). ADD_ADDR travels on pure ACKs only
+    (with the port and HMAC it does not fit beside a data mapping), so no
+    data is lost; the peer retries its announcement a few times, harmlessly."""
     join = f"tcp flags syn tcp option mptcp subtype 1 ct mark set {CT_MARK_WC:#x}"
     text = "\n".join([
         f"table ip {NFT_TABLE} {{",
         "  chain pre {",
         "    type filter hook prerouting priority mangle; policy accept;",
         f"    {join}",
+        f"    ct direction original tcp option mptcp subtype {MPTCP_ADD_ADDR} drop",
         "  }",
         "  chain out {",
         "    type route hook output priority mangle; policy accept;",

@@ -88,6 +88,9 @@ def test_nft_plan_marks_joins_wc_and_everything_else_bg():
     assert "ct mark 0x20 ip dscp set cs1" in lines and "ct mark != 0x20 ip dscp set cs0" in lines
     assert lines.index("ct mark 0x20 ip dscp set cs1") > lines.index(join)
     assert "type filter hook prerouting priority mangle; policy accept;" in lines
+    # only the connecting side joins: announcements from our own clients are dropped on the way in
+    pre = lines[lines.index("chain pre {"):lines.index("chain out {")]
+    assert "ct direction original tcp option mptcp subtype 3 drop" in pre
 
 
 def test_mptcp_sysctl_and_bpf_plans():
