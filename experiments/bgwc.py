@@ -26,6 +26,7 @@ Kinds (one command per figure: ``bwfabric experiment bgwc-fig12`` ...):
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -38,6 +39,7 @@ from experiments.agents import Agents, BpfLoaded
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from experiments.options import OptionError
+from hostagent.plan import CLASS_BG, ENDPOINT_ID_BASE
 from mininet_topos import builders
 
 KINDS = {
@@ -46,6 +48,7 @@ KINDS = {
     "table3": "three senders, WC in proportion to A_l (four rows)",
     "fig14": "S1 with 3 and 5 connections: WC per VM with and without the policy",
     "adversarial": "an unmanaged S4 floods BG/EF UDP and many TCP connections",
+    "sched": "BG-first scheduling on an idle path: default scheduler, WC as backup, backup toggling",
 }
 SENDERS = ("s1", "s2", "s3", "s4")
 PAIR = {"s1": "s5", "s2": "s6", "s3": "s7", "s4": "s8"}
@@ -53,6 +56,7 @@ PAPER_LINK = 1000.0
 PAPER_UNIT = 75.0
 DATA_PORT = 7100
 UDP_PORT = 7200
+UDP_FLOWS_PER_SENDER = 3
 METER_HEADROOM = 1.05
 SUBFLOWS_AT_S = 4.0   # when the meter counts each sender's subflows (after the joins)
 TABLE3_ROWS = ((400, 200, 200), (300, 100, 100), (400, 200, 100), (400, 200, None))
@@ -68,6 +72,7 @@ class Config:
     stop_s: float = 20.0
     conns: tuple[int, ...] = (3, 5)  # fig14: S1's connection counts
     wc_subflows: int = 1
+    mtu: int = 9000
     of_port: int = 6653
 
     def check(self) -> None:
@@ -75,6 +80,8 @@ class Config:
             raise OptionError(f"option kind={self.kind!r}: one of {', '.join(KINDS)}")
         if self.link_mbps <= 0 or self.duration <= 4 or self.sample_s <= 0:
             raise OptionError("options link_mbps, duration (> 4 s), sample_s must be positive")
+        if not 576 <= self.mtu <= 9000:
+            raise OptionError(f"option mtu={self.mtu}: 576..9000")
 
     @property
     def scale(self) -> float:
@@ -179,19 +186,27 @@ class Traffic:
         py = [sys.executable, "-m", "experiments.flowgen"]
         self.sinks = [fab.host(r).popen(py + ["server", "--port", str(DATA_PORT), "--out", "/dev/null",
                                               "--mptcp"]) for r in PAIR.values()]
-        self.udp_sinks = [fab.host(r).popen(["iperf3", "-s", "-p", str(UDP_PORT)]) for r in PAIR.values()]
+        # iperf3 serves one test at a time: a server port per UDP flow of a run
+        self.udp_sinks = [fab.host(r).popen(["iperf3", "-s", "-p", str(UDP_PORT + i)], stdout=subprocess.DEVNULL)
+                          for r in PAIR.values() for i in range(UDP_FLOWS_PER_SENDER)]
+        self.udp_started: dict[str, int] = {}
         time.sleep(1.0)
 
-    def bulk(self, snd: str, secs: float, conns: int = 1) -> None:
+    def bulk(self, snd: str, secs: float, conns: int = 1, rate_mbps: float | None = None) -> None:
         dst = self.fab.topo.host(PAIR[snd]).ip
+        rate = ["--rate", str(rate_mbps)] if rate_mbps else []
         self.procs.setdefault(snd, []).append(self.fab.host(snd).popen(
             [sys.executable, "-m", "experiments.flowgen", "bulk", "--dst", dst, "--port", str(DATA_PORT),
-             "--duration", str(secs), "--conns", str(conns), "--mptcp"]))
+             "--duration", str(secs), "--conns", str(conns), "--mptcp", *rate]))
 
     def udp(self, snd: str, mbps: float, secs: float, tos: int = 0) -> None:
         dst = self.fab.topo.host(PAIR[snd]).ip
+        n = self.udp_started.get(snd, 0)
+        if n >= UDP_FLOWS_PER_SENDER:
+            raise RuntimeError(f"{snd}: at most {UDP_FLOWS_PER_SENDER} UDP flows per run")
+        self.udp_started[snd] = n + 1
         self.procs.setdefault(snd, []).append(self.fab.host(snd).popen(
-            ["iperf3", "-c", dst, "-p", str(UDP_PORT), "-u", "-b", f"{mbps}M", "-t", str(int(secs)), "-S", str(tos),
+            ["iperf3", "-c", dst, "-p", str(UDP_PORT + n), "-u", "-b", f"{mbps}M", "-t", str(int(secs)), "-S", str(tos),
              "-l", "8000"], stdout=subprocess.DEVNULL))
 
     def stop(self, snd: str) -> None:
@@ -220,7 +235,24 @@ def _measured(fab: Fabric, cfg: Config, scenario) -> tuple[list[dict], dict | No
     finally:
         meter.stop()
         traffic.close()
+        _quiesce(fab)
     return meter.rates(), meter.subflows
+
+
+def _quiesce(fab: Fabric, timeout_s: float = 20.0) -> None:
+    """Wait until no sender has an MPTCP subflow left, so the next run's
+    WC subflow count K (and its share) starts from a clean slate."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = 0
+        for snd in SENDERS:
+            res = subprocess.run(["mnexec", "-a", str(fab.host(snd).pid), "ss", "-tinH", "state", "connected"],
+                                 capture_output=True, text=True)
+            left += res.stdout.count("tcp-ulp-mptcp")
+        if not left:
+            return
+        time.sleep(0.5)
+    print(f"warning: senders still have MPTCP subflows after {timeout_s:g} s", file=sys.stderr)
 
 
 def share_error(measured: dict[str, float], wanted: dict[str, float]) -> float | None:
@@ -234,7 +266,7 @@ def share_error(measured: dict[str, float], wanted: dict[str, float]) -> float |
 
 def run(cfg: Config, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    topo = builders.bgwc_testbed(link_mbps=cfg.link_mbps)
+    topo = builders.bgwc_testbed(link_mbps=cfg.link_mbps, mtu=cfg.mtu)
     topo.save(out_dir / "topology.json")
     report: dict = {"config": asdict(cfg), "scale": f"{cfg.link_mbps:g} Mb/s links for the paper's "
                     f"{PAPER_LINK:g}: rates x{cfg.scale:g}; U = {cfg.unit_mbps:g} Mb/s"}
@@ -311,16 +343,34 @@ def _fig13(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         traffic.bulk("s2", total)
         time.sleep(15.0)
     rates, subflows = _measured(fab, cfg, scenario)
-    t_stop, t_back = cfg.stop_at, cfg.stop_at + cfg.stop_s
+    return {"rates": rates, "subflows": subflows,
+            "verdict": fig13_verdict(rates, cfg.stop_at, cfg.stop_at + cfg.stop_s, g["s2"], cfg.link_mbps)}
+
+
+def fig13_verdict(rates: list[dict], t_stop: float, t_back: float, s2_guarantee: float, link_mbps: float) -> dict:
+    """What S2 freed (its BG+WC over the 5 s before it stops), how much of
+    it the others' WC took 2 s after the stop (their WC rise over [+2, +3] s),
+    and S2's return: the first sample from which its BG stays >= 97 % of its
+    guarantee for 2 s, and its mean BG over [+2, +4] s."""
     others = [s for s in SENDERS if s != "s2"]
-    s2_before = window_mean(rates, "bg-s2", t_stop - 5, t_stop) + window_mean(rates, "wc-s2", t_stop - 5, t_stop)
+    freed = sum(window_mean(rates, f"{c}-s2", t_stop - 5, t_stop) for c in ("bg", "wc", "udp"))
     wc_before = sum(window_mean(rates, f"wc-{s}", t_stop - 5, t_stop) for s in others)
-    wc_after2 = sum(window_mean(rates, f"wc-{s}", t_stop + 1.5, t_stop + 2.5) for s in others)
-    s2_back = window_mean(rates, "bg-s2", t_back + 1.5, t_back + 2.5)
-    return {"rates": rates, "subflows": subflows, "verdict": {
-        "freed_mbps": s2_before, "others_wc_before": wc_before, "others_wc_2s_after": wc_after2,
-        "captured_fraction_2s": (wc_after2 - wc_before) / s2_before if s2_before else None,
-        "s2_bg_2s_after_restart_of_guarantee": s2_back / g["s2"]}}
+    wc_after = sum(window_mean(rates, f"wc-{s}", t_stop + 2, t_stop + 3) for s in others)
+    link_after = sum(window_mean(rates, f"{c}-{s}", t_stop + 2, t_stop + 3) for s in others
+                     for c in ("bg", "wc", "udp")) / link_mbps
+    back = [r for r in rates if r["t"] > t_back]
+    regained = None
+    for i, r in enumerate(back):
+        hold = [x for x in back[i:] if x["t"] <= r["t"] + 2.0]
+        if hold and hold[-1]["t"] >= r["t"] + 1.5 and all(x.get("bg-s2", 0) >= 0.97 * s2_guarantee for x in hold):
+            regained = r["t"] - t_back
+            break
+    return {"freed_mbps": freed, "others_wc_before": wc_before, "others_wc_2s_after": wc_after,
+            "captured_fraction_2s": (wc_after - wc_before) / freed if freed else None,
+            "link_use_2s_after_stop": link_after,
+            "s2_regained_97pct_after_s": regained,
+            "s2_bg_2_to_4s_after_restart_of_guarantee": window_mean(rates, "bg-s2", t_back + 2, t_back + 4)
+            / s2_guarantee}
 
 
 def _table3(fab: Fabric, agents: Agents, cfg: Config) -> dict:
@@ -329,8 +379,9 @@ def _table3(fab: Fabric, agents: Agents, cfg: Config) -> dict:
         g = {s: (r or 0) * cfg.scale for s, r in zip(SENDERS[:3], row)}
         explicit = {s: (0.0 if r is None else r * cfg.scale / cfg.unit_mbps) for s, r in zip(SENDERS[:3], row)}
         _configure(agents, cfg, g, explicit=explicit)
-        rates, subflows = _measured(fab, cfg, lambda t: ([t.bulk(s, cfg.duration) for s in SENDERS[:3]],
-                                               time.sleep(cfg.duration)))
+        active = [s for s, r in zip(SENDERS[:3], row) if r is not None]     # "off": that VM does not send
+        rates, subflows = _measured(fab, cfg, lambda t: ([t.bulk(s, cfg.duration) for s in active],
+                                                         time.sleep(cfg.duration)))
         wc = {s: window_mean(rates, f"wc-{s}", 5.0, cfg.duration) for s in SENDERS[:3]}
         bg = {s: window_mean(rates, f"bg-{s}", 5.0, cfg.duration) for s in SENDERS[:3]}
         a_l = {s: explicit[s] for s in SENDERS[:3]}
@@ -396,7 +447,121 @@ def _adversarial(fab: Fabric, agents: Agents, cfg: Config) -> dict:
                                         "bg_of_guarantee": held}}
 
 
-KIND_RUNNERS = {"fig12": _fig12, "fig13": _fig13, "table3": _table3, "fig14": _fig14, "adversarial": _adversarial}
+SCHED_VARIANTS = ("default", "backup", "toggle")
+PACED_OF_GUARANTEE = 0.9
+
+
+def _tc_backlog(fab: Fabric, host: str, classid: str) -> int:
+    res = subprocess.run(["mnexec", "-a", str(fab.host(host).pid), "tc", "-s", "class", "show", "dev",
+                          f"{host}-eth0", "classid", classid], capture_output=True, text=True)
+    m = re.search(r"backlog (\d+)b", res.stdout)
+    return int(m.group(1)) if m else 0
+
+
+def _set_backup(fab: Fabric, receiver: str, backup: bool) -> None:
+    """The receiver's join endpoint as backup or not: the kernel tells the
+    sender (MP_PRIO), whose scheduler then uses the WC subflow only when no
+    other subflow can send."""
+    ep = str(ENDPOINT_ID_BASE + 1)
+    res = subprocess.run(["mnexec", "-a", str(fab.host(receiver).pid), "ip", "mptcp", "endpoint", "change", "id",
+                          ep, "backup" if backup else "nobackup"], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"{receiver}: ip mptcp endpoint change id {ep}: {res.stderr.strip()}")
+
+
+class BackupToggler:
+    """Backup-flag toggling driven by the sender's BG class: while BG has a
+    standing queue in its HTB class (it is at its guarantee and there is
+    more to send) WC is enabled; once that queue is gone for ``idle_n``
+    samples, WC goes back to backup so that BG carries everything it can.
+    Observes the sender, acts on the receiver's endpoint -- the controller's
+    place in a deployment."""
+
+    def __init__(self, fab: Fabric, sender: str, receiver: str, period_s: float = 0.1, busy_n: int = 3,
+                 idle_n: int = 5):
+        self.fab, self.sender, self.receiver = fab, sender, receiver
+        self.period_s, self.busy_n, self.idle_n = period_s, busy_n, idle_n
+        self.backup = True
+        self.toggles = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> "BackupToggler":
+        _set_backup(self.fab, self.receiver, True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        recent: list[bool] = []
+        while not self._stop.wait(self.period_s):
+            recent = (recent + [_tc_backlog(self.fab, self.sender, CLASS_BG) > 0])[-max(self.busy_n, self.idle_n):]
+            want = decide_backup(self.backup, recent, self.busy_n, self.idle_n)
+            if want != self.backup:
+                _set_backup(self.fab, self.receiver, want)
+                self.backup, self.toggles = want, self.toggles + 1
+                recent = []
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+def decide_backup(backup: bool, recent: list[bool], busy_n: int, idle_n: int) -> bool:
+    """Pure rule of :class:`BackupToggler`: ``recent`` says, newest last,
+    whether BG had a standing queue at each sample."""
+    if backup and sum(recent[-busy_n:]) >= busy_n:
+        return False
+    if not backup and len(recent) >= idle_n and not any(recent[-idle_n:]):
+        return True
+    return backup
+
+
+def _sched(fab: Fabric, agents: Agents, cfg: Config) -> dict:
+    """The paper's Fig. 5 problem: on an idle path the default scheduler
+    puts part of a connection on WC even when BG could carry all of it.
+    One sender (S1, guarantee 350 of 1000 scaled), alone; the application
+    either paced at 90 % of the guarantee or backlogged."""
+    g = 350 * cfg.scale
+    _configure(agents, cfg, {"s1": g})
+    runs = []
+    for variant in SCHED_VARIANTS:
+        for demand in ("paced", "backlogged"):
+            rate = PACED_OF_GUARANTEE * g if demand == "paced" else None
+            _set_backup(fab, "s5", variant == "backup")
+            toggler = BackupToggler(fab, "s1", "s5") if variant == "toggle" else None
+
+            def scenario(traffic: Traffic, rate: float | None = rate, toggler=toggler) -> None:
+                if toggler:
+                    toggler.start()
+                traffic.bulk("s1", cfg.duration, rate_mbps=rate)
+                time.sleep(cfg.duration)
+            try:
+                rates, subflows = _measured(fab, cfg, scenario)
+            finally:
+                if toggler:
+                    toggler.stop()
+                _set_backup(fab, "s5", False)
+            bg, wc = (window_mean(rates, f"{c}-s1", 3.0, cfg.duration) for c in ("bg", "wc"))
+            runs.append({"variant": variant, "demand": demand, "app_mbps": rate, "bg": bg, "wc": wc,
+                         "bg_share_of_traffic": bg / (bg + wc) if bg + wc else None,
+                         "bg_of_guarantee": bg / g, "link_use": (bg + wc) / cfg.link_mbps,
+                         "toggles": toggler.toggles if toggler else 0, "subflows": subflows})
+    verdict = {}
+    for variant in SCHED_VARIANTS:
+        paced = next(r for r in runs if r["variant"] == variant and r["demand"] == "paced")
+        full = next(r for r in runs if r["variant"] == variant and r["demand"] == "backlogged")
+        verdict[variant] = {"paced_bg_share": paced["bg_share_of_traffic"],
+                            "backlogged_bg_of_guarantee": full["bg_of_guarantee"],
+                            "backlogged_link_use": full["link_use"]}
+    # best: BG carries the paced demand, BG keeps its guarantee, and the idle path is used
+    verdict["best"] = max(SCHED_VARIANTS, key=lambda v: min(verdict[v]["paced_bg_share"] or 0,
+                                                            verdict[v]["backlogged_link_use"],
+                                                            verdict[v]["backlogged_bg_of_guarantee"]))
+    return {"runs": runs, "verdict": verdict}
+
+
+KIND_RUNNERS = {"fig12": _fig12, "fig13": _fig13, "table3": _table3, "fig14": _fig14, "adversarial": _adversarial,
+                "sched": _sched}
 
 
 def plot(report: dict, path: Path) -> None:
@@ -414,6 +579,15 @@ def plot(report: dict, path: Path) -> None:
                 if any(y > 0.05 for y in ys):
                     ax.plot(ts, ys, ls, lw=1, label=f"{s} {cls}")
         ax.set_xlabel("time (s)")
+        ax.set_ylabel("Mb/s at the receiver")
+    elif report["config"]["kind"] == "sched":
+        runs = report["runs"]
+        xs = range(len(runs))
+        ax.bar(xs, [r["bg"] for r in runs], 0.6, label="S1 BG")
+        ax.bar(xs, [r["wc"] for r in runs], 0.6, bottom=[r["bg"] for r in runs], label="S1 WC")
+        g = 350 * report["config"]["link_mbps"] / PAPER_LINK
+        ax.axhline(g, color="k", lw=0.8, ls=":", label="guarantee")
+        ax.set_xticks(list(xs), [f"{r['variant']}\n{r['demand']}" for r in runs], fontsize=7)
         ax.set_ylabel("Mb/s at the receiver")
     else:
         rows = report.get("rows") or report.get("runs") or []

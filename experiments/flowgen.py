@@ -3,7 +3,7 @@
     python -m experiments.flowgen server --port 7000 --out rx.json [--mptcp]
     python -m experiments.flowgen client --plan plan.json --t0 EPOCH --deadline S --out flows.jsonl
     python -m experiments.flowgen storm --dst IP --rate N --duration S   (many one-packet UDP flows)
-    python -m experiments.flowgen bulk --dst IP --port P --duration S [--conns N] [--mptcp]
+    python -m experiments.flowgen bulk --dst IP --port P --duration S [--conns N] [--mptcp] [--rate MBPS]
 
 A flow is one TCP (or MPTCP) connection: an 8-byte size header, then that
 many bytes; the server answers one byte when all have arrived, and the client
@@ -156,9 +156,13 @@ def storm(dst: str, rate: float, duration: float, port_base: int = 20000, ports:
         time.sleep(0.002)
 
 
-def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool) -> int:
-    """``conns`` parallel connections sending as fast as they can for
-    ``duration`` seconds (or until SIGTERM); returns the bytes sent."""
+def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool, rate_mbps: float | None = None) -> int:
+    """``conns`` parallel connections sending as fast as they can (or each
+    at ``rate_mbps``, paced by the application in 5 ms steps) for
+    ``duration`` seconds (or until SIGTERM); returns the bytes sent. At the
+    end each connection is reset (SO_LINGER 0): what is still in its send
+    buffer is dropped, so the load stops when the generator does (a plain
+    close would keep sending megabytes of buffered data at WC rates)."""
     sent = [0] * conns
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -169,13 +173,20 @@ def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool) -> int:
         s.sendall(struct.pack("!Q", 1 << 60))
         payload = b"\0" * CHUNK
         s.settimeout(1.0)
+        t0 = time.monotonic()
         while not stop.is_set():
+            if rate_mbps:
+                ahead = sent[i] * 8 / (rate_mbps * 1e6) - (time.monotonic() - t0)
+                if ahead > 0:
+                    stop.wait(min(ahead, 0.005))
+                    continue
             try:
                 sent[i] += s.send(payload)
             except socket.timeout:
                 continue
             except OSError:
                 return
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(conns)]
     for t in threads:
@@ -210,9 +221,12 @@ def main(argv: list[str] | None = None) -> None:
     bk.add_argument("--duration", type=float, required=True)
     bk.add_argument("--conns", type=int, default=1)
     bk.add_argument("--mptcp", action="store_true")
+    bk.add_argument("--rate", type=float, default=None, help="Mb/s per connection (default: as fast as it can)")
     args = p.parse_args(argv)
     if args.mode == "bulk":
-        print(bulk(args.dst, args.port, args.duration, args.conns, args.mptcp))
+        if args.rate is not None and args.rate <= 0:
+            p.error(f"--rate {args.rate}: must be positive")
+        print(bulk(args.dst, args.port, args.duration, args.conns, args.mptcp, args.rate))
     elif args.mode == "storm":
         print(storm(args.dst, args.rate, args.duration))
     elif args.mode == "server":

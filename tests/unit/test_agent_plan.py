@@ -154,3 +154,37 @@ def test_eq1_sizer_keeps_the_largest_rtt_of_its_window_and_the_nic_rate():
     assert bigger == int(3 * 0.100 * nic / 8)
     # 30 s after the 100 ms peak only the lull's samples remain -> shrinks
     assert sizer.update(37.5, 0.010, nic, 3, bigger) == int(3 * 0.010 * nic / 8)
+
+
+def test_fig13_verdict_on_a_synthetic_trace():
+    from experiments.bgwc import fig13_verdict
+    rates = []
+    for i in range(1, 81):                       # 0.5 s samples, 40 s
+        t = i * 0.5
+        r = {"t": t, "bg-s1": 35.0, "wc-s1": 5.0, "bg-s3": 20.0, "wc-s3": 0.0, "bg-s4": 10.0, "wc-s4": 0.0}
+        if t <= 10:                              # S2 runs until 10 s...
+            r.update({"bg-s2": 25.0, "wc-s2": 5.0})
+        elif t <= 11:                            # ...the others' WC needs 1 s to take its 30 Mb/s
+            r.update({"wc-s1": 10.0, "wc-s3": 5.0, "wc-s4": 5.0})
+        elif t <= 25:
+            r.update({"wc-s1": 15.0, "wc-s3": 10.0, "wc-s4": 10.0})
+        elif t <= 26:                            # S2 back at 25 s: slow start for 1 s
+            r.update({"bg-s2": 10.0})
+        else:
+            r.update({"bg-s2": 24.5 if t != 28 else 20.0, "wc-s2": 1.0})
+        rates.append(r)
+    v = fig13_verdict(rates, 10.0, 25.0, 25.0, 100.0)
+    assert v["freed_mbps"] == pytest.approx(30.0)
+    assert v["captured_fraction_2s"] == pytest.approx(1.0) and v["link_use_2s_after_stop"] == pytest.approx(1.0)
+    # 24.5 >= 97 % of 25 from 26.5 s on, but the dip at 28 s breaks that hold: held from 28.5 s
+    assert v["s2_regained_97pct_after_s"] == pytest.approx(3.5)
+    assert v["s2_bg_2_to_4s_after_restart_of_guarantee"] == pytest.approx((3 * 24.5 + 20) / 4 / 25)  # (27, 29]
+
+
+def test_backup_toggling_rule():
+    from experiments.bgwc import decide_backup
+    assert decide_backup(True, [True, True], 3, 5) is True                 # not yet 3 busy samples
+    assert decide_backup(True, [False, True, True, True], 3, 5) is False   # BG queued 3 times: let WC help
+    assert decide_backup(False, [False] * 4, 3, 5) is False                # idle for 4 samples only
+    assert decide_backup(False, [True] + [False] * 5, 3, 5) is True        # idle 5: WC back to backup
+    assert decide_backup(False, [False, True, False, False, False], 3, 5) is False

@@ -81,10 +81,10 @@ def test_tor_meters_cap_bg_from_hosts_with_a_guarantee():
     sl = fake.switches["sl"]
     port_s1 = view.host_switch("s1")[1]
     assert sl.meters[port_s1].rate_kbps == 35000 and len(sl.meters) == 2
-    # bucket: 20 ms at 35 Mb/s = 700 kbit; s4's 10 Mb/s would give 200 kbit,
-    # under one 9000-byte frame's 72 kbit x 8 -> the floor of 576 kbit
-    assert sl.meters[port_s1].burst_kbit == 700
-    assert sl.meters[view.host_switch("s4")[1]].burst_kbit == 576
+    # bucket: 50 ms at 35 Mb/s = 1750 kbit; s4's 10 Mb/s would give 500 kbit,
+    # under two 64 KiB GSO super-packets -> the floor of 1048 kbit
+    assert sl.meters[port_s1].burst_kbit == 1750
+    assert sl.meters[view.host_switch("s4")[1]].burst_kbit == 1048
     bg = fake.trace("s1", fake.packet("s1", "s5", dscp=DSCP_BG))
     assert bg.delivered_to == "s5" and bg.hops[0].meters == (port_s1,) and bg.hops[0].queue_id == QUEUE_BG
     assert all(h.meters == () for h in bg.hops[1:])               # metered once, at the ToR
