@@ -72,6 +72,7 @@ class Config:
     stop_s: float = 20.0
     conns: tuple[int, ...] = (3, 5)  # fig14: S1's connection counts
     wc_subflows: int = 1
+    wc_aqm: bool = True            # random early drop of WC on switch ports (apps.prio_queues.aqm)
     mtu: int = 1500                # AIMD needs windows of many packets: 100 Mb/s x ~30 ms is 250 of these
     of_port: int = 6653
 
@@ -207,7 +208,8 @@ class Traffic:
         self.udp_started[snd] = n + 1
         self.procs.setdefault(snd, []).append(self.fab.host(snd).popen(
             ["iperf3", "-c", dst, "-p", str(UDP_PORT + n), "-u", "-b", f"{mbps}M", "-t", str(int(secs)), "-S", str(tos),
-             "-l", "8000"], stdout=subprocess.DEVNULL))
+             # one datagram per packet: a policer dropping one fragment loses the whole datagram
+             "-l", str(self.fab.topo.mtu - 28)], stdout=subprocess.DEVNULL))
 
     def stop(self, snd: str) -> None:
         for p in self.procs.pop(snd, []):
@@ -276,7 +278,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
     env = {"BWFABRIC_PRIO_QUEUES": json.dumps({"guarantees_mbps": meters})} if cfg.kind in (
         "fig12", "fig13", "adversarial") else None
     report["meters_mbps"] = meters if env else None
-    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, queues="tc") as fab, \
+    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, queues="tc", wc_aqm=cfg.wc_aqm) as fab, \
             ControllerProcess(out_dir / "topology.json", ["single_path", "prio_queues"], cfg.of_port,
                               out_dir / "controller.log", env=env), \
             Agents(fab, out_dir / "agents") as agents:

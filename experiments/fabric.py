@@ -42,12 +42,16 @@ def _quiet_htb_quantum_warnings() -> None:
 
 
 class Fabric:
-    def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None):
+    def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None,
+                 wc_aqm: bool = True):
         """``queues``: None, or a BG/WC queue back-end for every switch port
-        (``tc`` on userspace OVS; see apps.prio_queues.backends)."""
+        (``tc`` on userspace OVS; see apps.prio_queues.backends); ``wc_aqm``:
+        random early drop of WC packets on those ports (tc back-end)."""
         self.topo = topo
         self.of_port = of_port
         self.queues = queues
+        self.wc_aqm = wc_aqm
+        self._backend = None
         self.net = None
         self.warnings: list[str] = []
 
@@ -88,6 +92,9 @@ class Fabric:
             finally:
                 self.net = None
                 ovs.delete_bridges([sw.name for sw in self.topo.switches])
+                if self._backend is not None:
+                    self._backend.close()
+                    self._backend = None
 
     def __enter__(self) -> "Fabric":
         return self.start()
@@ -121,7 +128,7 @@ class Fabric:
 
     def _queues(self) -> None:
         from apps.prio_queues.backends import PortQueues, backend
-        be = backend(self.queues)
+        be = self._backend = backend(self.queues, self.wc_aqm)
         spec = {}
         for lk in self.topo.links:
             spec[(lk.a, lk.a_port)] = spec[(lk.b, lk.b_port)] = lk

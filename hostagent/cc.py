@@ -64,7 +64,7 @@ def build() -> dict[str, Path]:
     if not vmlinux.exists():
         vmlinux.write_text(_run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"]))
     out = {}
-    for name in ("bwf_wc", "bwf_sockops"):
+    for name in ("bwf_wc", "bwf_sockops", "bwf_aqm"):
         src, obj = SRC / f"{name}.bpf.c", BUILD / f"{name}.bpf.o"
         if not obj.exists() or obj.stat().st_mtime < src.stat().st_mtime:
             _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", "-c", str(src),

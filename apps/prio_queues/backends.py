@@ -12,7 +12,11 @@ interface: ``plan(port, rate_bps)`` says what to put in force on one port,
   table 0 has already normalised (0x00 BG, 0x20 WC; non-IP goes BG). HTB
   cannot be strictly prioritised: BG is guaranteed the port rate minus WC's
   floor and WC may borrow whatever BG leaves (HTB serves the lower prio
-  first when both borrow); the smaller the floor, the stricter.
+  first when both borrow); the smaller the floor, the stricter. With
+  ``wc_aqm`` (default) WC packets also meet random early drop
+  (:mod:`apps.prio_queues.aqm`, a BPF classifier: this kernel has no red
+  qdisc), so that losses fall on WC flows at random, the regime in which the
+  fair-WC congestion control's shares follow A_l.
 
 Both keep queue numbers from :mod:`apps.prio_queues.logic`.
 """
@@ -78,14 +82,30 @@ def ovsdb_plan(q: PortQueues) -> list[str]:
 class TcBackend:
     """One executor per port (the root namespace of the switch host)."""
 
-    def __init__(self):
+    def __init__(self, wc_aqm: bool = True):
         from hostagent.executor import Executor
         self._executor = Executor
         self.ports: dict[str, object] = {}
+        self.wc_aqm = wc_aqm
+        self.loaded_aqm = False
 
     def apply(self, q: PortQueues) -> None:
         ex = self.ports.setdefault(q.port, self._executor())
         ex.apply(P.Plan(tuple(tc_plan(q))))
+        if self.wc_aqm:
+            from apps.prio_queues import aqm
+            if not aqm.loaded():
+                aqm.load()
+                self.loaded_aqm = True
+            aqm.attach(q.port, q.rate_bps, aqm.AqmParams.for_queue(q.queue_bytes))
+
+    def close(self) -> None:
+        """Unpin the AQM program if this back-end loaded it (ports that are
+        deleted take their filters with them)."""
+        if self.loaded_aqm:
+            from apps.prio_queues import aqm
+            aqm.unload()
+            self.loaded_aqm = False
 
     def remove(self, port: str) -> None:
         ex = self.ports.pop(port, None)
@@ -94,6 +114,9 @@ class TcBackend:
 
 
 class OvsdbBackend:
+    def close(self) -> None:
+        pass
+
     def apply(self, q: PortQueues) -> None:
         self.remove(q.port)
         res = subprocess.run(["ovs-vsctl", *ovsdb_plan(q)], capture_output=True, text=True)
@@ -118,9 +141,9 @@ def _vsctl(*args: str) -> str:
     return res.stdout
 
 
-def backend(name: str):
+def backend(name: str, wc_aqm: bool = True):
     if name == "tc":
-        return TcBackend()
+        return TcBackend(wc_aqm)
     if name == "ovsdb":
         return OvsdbBackend()
     raise BackendError(f"queue back-end {name!r}: one of {', '.join(BACKENDS)}")

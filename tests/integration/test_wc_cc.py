@@ -31,6 +31,7 @@ SENDER = textwrap.dedent('''
     src, dst, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
     s = socket.socket()
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, sys.argv[4].encode())
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(sys.argv[5]))
     s.bind((src, 0)); s.connect((dst, 5002))
     end = time.time() + secs; buf = b"x" * 65536
     while time.time() < end:
@@ -93,7 +94,7 @@ def bottleneck():
                     f"tc qdisc add dev {dev} parent 1:1 handle 10: bfifo limit {BUF}"):
             assert ns(rtr, *cmd.split()).returncode == 0, cmd
         cc.load()
-        yield snd, rcv
+        yield snd, rcv, rtr, dev
     finally:
         for n in (snd, rtr, rcv):
             subprocess.run(["ip", "netns", "del", n])
@@ -101,15 +102,16 @@ def bottleneck():
             cc.unload()
 
 
-def _shares(bottleneck, a_levels, secs=SECS, warm=4.0, cc_name="bwf_wc"):
-    snd, rcv = bottleneck
+def _shares(bottleneck, a_levels, secs=SECS, warm=4.0, cc_name="bwf_wc", tos=0x00):
+    snd, rcv = bottleneck[:2]
     ex = Executor()
     for ip, a in zip(VMS, a_levels):
         ex.apply_bpf(BpfMapSet(BPF_MAP, ip, fixed_point(a)))
     sink = subprocess.Popen(["ip", "netns", "exec", rcv, sys.executable, "-c", SINK, str(warm)],
                             stdout=subprocess.PIPE, text=True)
     assert sink.stdout.readline().strip() == "ready"
-    senders = [subprocess.Popen(["ip", "netns", "exec", snd, sys.executable, "-c", SENDER, ip, DST, str(secs), cc_name])
+    senders = [subprocess.Popen(["ip", "netns", "exec", snd, sys.executable, "-c", SENDER, ip, DST, str(secs), cc_name,
+                                 str(tos)])
                for ip in VMS]
     time.sleep(secs / 2)
     k_during = cc.read_map("bwf_kcount")
@@ -136,3 +138,36 @@ def test_wc_increase_factor_sets_the_share(bottleneck):
     assert 0.4 < even[0] < 0.6
     assert strong_first[0] / strong_first[1] > 1.3           # sqrt(4) = 2 in theory
     assert strong_second[1] / strong_second[0] > 1.3
+
+
+def _fifo_drops(rtr: str, dev: str) -> int:
+    out = ns(rtr, "tc", "-s", "qdisc", "show", "dev", dev, "parent", "1:1").stdout
+    return int(out.split("dropped ")[1].split(",")[0])
+
+
+def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
+    """With bwf_aqm on the bottleneck, WC (ToS 0x20) packets are dropped at
+    random before the FIFO fills: the FIFO itself no longer drops, and the
+    alpha 1 vs 1/4 pair shares about sqrt(4) = 2 : 1 -- the regime Eq. 7
+    assumes (drop-tail's synchronised losses push it towards 4 : 1)."""
+    from apps.prio_queues import aqm
+    _, _, rtr, dev = bottleneck
+    was_loaded = aqm.loaded()
+    aqm.load()
+    try:
+        aqm.attach(dev, 40e6, aqm.AqmParams.for_queue(BUF), netns=rtr)
+        tail_before = _fifo_drops(rtr, dev)
+        first, mbps = _shares(bottleneck, (1.0, 0.5), tos=0x20)
+        second, _ = _shares(bottleneck, (0.5, 1.0), tos=0x20)
+        st = aqm.stats(dev, netns=rtr)
+        tail = _fifo_drops(rtr, dev) - tail_before
+        print(f"AQM: {st}, FIFO drops {tail}; shares 1 vs 1/4 {first}, 1/4 vs 1 {second}, {mbps:.1f} Mb/s")
+        assert st["wc_dropped"] > 0 and st["wc_seen"] > 1000
+        assert tail <= st["wc_dropped"] / 10          # the early drops, not the tail, do the work
+        assert mbps > 34
+        for strong, weak in ((first[0], first[1]), (second[1], second[0])):
+            assert 1.3 < strong / weak < 3.2
+    finally:
+        ns(rtr, "tc", "qdisc", "del", "dev", dev, "clsact")
+        if not was_loaded:
+            aqm.unload()

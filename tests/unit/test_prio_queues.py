@@ -2,6 +2,8 @@
 each ToS reaches the right queue at every hop; unknown ToS is rewritten to
 WC at the first switch; forwarding is untouched."""
 
+import struct
+
 import pytest
 
 from apps.prio_queues.logic import DSCP_BG, DSCP_WC, QUEUE_BG, QUEUE_WC, PrioQueuesLogic
@@ -104,3 +106,18 @@ def test_bad_guarantees_are_refused_naming_them():
     with pytest.raises(ValueError, match="BWFABRIC_PRIO_QUEUES"):
         logic_from_env(view, '{"guarantee": {}}')
     assert logic_from_env(view, '{"guarantees_mbps": {"s1": 35}}').guarantees == {"s1": 35}
+
+
+def test_wc_aqm_parameters_and_map_value_layout():
+    from apps.prio_queues import aqm
+    p = aqm.AqmParams.for_queue(225000)
+    assert (p.min_bytes, p.max_bytes, p.max_p) == (37500, 112500, 0.1)
+    assert aqm.AqmParams.for_queue(6000).min_bytes == 3000          # floors keep min < max
+    for bad in ((0, 10, 0.1), (10, 10, 0.1), (10, 20, 0.0), (10, 20, 1.5)):
+        with pytest.raises(aqm.AqmError):
+            aqm.AqmParams(*bad)
+    # struct aqm_port in bwf_aqm.bpf.c: 64 bytes, rate at 8, thresholds at 16/20, max_p at 24, counters last
+    assert aqm._VALUE.size == 64
+    raw = aqm._VALUE.pack(0, 100_000_000, 1, 2, 100_000, 0, 0, 0, 7, 3)
+    assert struct.unpack_from("<Q", raw, 8)[0] == 100_000_000 and struct.unpack_from("<II", raw, 16) == (1, 2)
+    assert struct.unpack_from("<QQ", raw, 48) == (7, 3)

@@ -1,0 +1,122 @@
+"""Random early drop for the WC queue of the tc back-end (``bwf_aqm``, a
+tc egress BPF classifier; see hostagent/bpf/bwf_aqm.bpf.c for why).
+
+This kernel has no red qdisc, so the drop decision is made before the HTB
+tree, against a virtual queue that drains at the port rate: WC packets are
+dropped with a probability rising from 0 at ``min`` to ``max_p`` at
+``max`` (gentle: to 1 at 2 x ``max``); BG packets pass. One program is
+loaded per machine and pinned; every port gets its own entry (key: ifindex)
+in the pinned map ``bwf_aqm_ports``.
+
+    load()                              # once (idempotent)
+    attach("sl-eth5", 100e6, AqmParams.for_queue(225000))
+    stats("sl-eth5")                    # {"wc_seen": .., "wc_dropped": ..}
+    unload()                            # unpins (ports keep nothing once deleted)
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from dataclasses import dataclass
+
+from hostagent import cc
+
+PIN_PROG = cc.BPFFS / "bwf_aqm"
+PIN_MAPS = cc.BPFFS / "aqm"
+MAP = PIN_MAPS / "bwf_aqm_ports"
+# struct aqm_port: lock(4) pad(4) rate u64, min u32, max u32, max_p_ppm u32, pad u32, vq, last, seen, dropped u64
+_VALUE = struct.Struct("<I4xQIIII4Q")
+
+
+class AqmError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class AqmParams:
+    min_bytes: int
+    max_bytes: int
+    max_p: float
+
+    def __post_init__(self):
+        if not 0 < self.min_bytes < self.max_bytes or not 0 < self.max_p <= 1:
+            raise AqmError(f"AQM: need 0 < min ({self.min_bytes}) < max ({self.max_bytes}) and 0 < max_p "
+                           f"({self.max_p}) <= 1")
+
+    @classmethod
+    def for_queue(cls, queue_bytes: int, max_p: float = 0.1) -> "AqmParams":
+        """RED's usual shape for a FIFO of ``queue_bytes``: thresholds at
+        1/6 and 1/2 of it (drops start well before the tail drops)."""
+        return cls(max(3000, queue_bytes // 6), max(6000, queue_bytes // 2), max_p)
+
+
+def _run(cmd: list[str]) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise AqmError(f"{' '.join(cmd)}: {(res.stderr or res.stdout).strip()[-1500:]}")
+    return res.stdout
+
+
+def loaded() -> bool:
+    return PIN_PROG.exists() and MAP.exists()
+
+
+def load() -> None:
+    if loaded():
+        return
+    obj = cc.build()["bwf_aqm"]
+    cc._mount_bpffs()
+    PIN_MAPS.mkdir(parents=True, exist_ok=True)
+    _run(["bpftool", "prog", "load", str(obj), str(PIN_PROG), "type", "classifier", "pinmaps", str(PIN_MAPS)])
+
+
+def unload() -> None:
+    for p in (PIN_PROG, MAP):
+        if p.exists():
+            p.unlink()
+    if PIN_MAPS.exists() and not any(PIN_MAPS.iterdir()):
+        PIN_MAPS.rmdir()
+
+
+def _ns(netns: str | None) -> list[str]:
+    return ["ip", "netns", "exec", netns] if netns else []
+
+
+def _ifindex(dev: str, netns: str | None = None) -> int:
+    import json
+    res = subprocess.run([*_ns(netns), "ip", "-j", "link", "show", "dev", dev], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise AqmError(f"AQM: no interface {dev!r}{f' in {netns}' if netns else ''}")
+    return int(json.loads(res.stdout)[0]["ifindex"])
+
+
+def _hex(data: bytes) -> list[str]:
+    return [f"{b:02x}" for b in data]
+
+
+def attach(dev: str, rate_bps: float, params: AqmParams, netns: str | None = None) -> None:
+    """Port ``dev`` (of network namespace ``netns``, default ours) gets the
+    classifier on egress and its map entry. Interface indexes are per
+    namespace: ports of different namespaces may share an entry."""
+    if not loaded():
+        raise AqmError("AQM: not loaded (apps.prio_queues.aqm.load())")
+    key = struct.pack("<I", _ifindex(dev, netns))
+    value = _VALUE.pack(0, int(rate_bps), params.min_bytes, params.max_bytes, int(params.max_p * 1e6), 0,
+                        0, 0, 0, 0)
+    _run(["bpftool", "map", "update", "pinned", str(MAP), "key", "hex", *_hex(key), "value", "hex", *_hex(value)])
+    _run([*_ns(netns), "tc", "qdisc", "replace", "dev", dev, "clsact"])
+    _run([*_ns(netns), "tc", "filter", "replace", "dev", dev, "egress", "pref", "1", "handle", "1", "bpf", "da",
+          "object-pinned", str(PIN_PROG)])
+
+
+def stats(dev: str, netns: str | None = None) -> dict[str, int]:
+    import json
+    key = struct.pack("<I", _ifindex(dev, netns))
+    out = json.loads(_run(["bpftool", "-j", "map", "lookup", "pinned", str(MAP), "key", "hex", *_hex(key)]))
+    raw = bytes(int(b, 16) for b in out["value"]) if isinstance(out.get("value"), list) else None
+    if raw is None:     # BTF-formatted output
+        v = out.get("formatted", {}).get("value", out.get("value", {}))
+        return {"wc_seen": int(v["wc_seen"]), "wc_dropped": int(v["wc_dropped"])}
+    fields = _VALUE.unpack(raw)
+    return {"wc_seen": fields[8], "wc_dropped": fields[9]}
