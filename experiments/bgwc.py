@@ -150,13 +150,17 @@ class Meter:
             self._stop.wait(self.period_s)
 
     def count_subflows(self) -> dict[str, dict[str, int]]:
-        """Per sender: its MPTCP subflows by kind (first = BG, joins = WC), from ss."""
+        """Per sender: its MPTCP subflows by kind (first = BG, joins = WC),
+        from ss, and K as the WC congestion control counts it (its map)."""
+        from hostagent import cc
         out = {}
+        k = cc.read_map("bwf_kcount")
         for snd in SENDERS:
             res = subprocess.run(["mnexec", "-a", str(self.fab.host(snd).pid), "ss", "-tinH"],
                                  capture_output=True, text=True)
             lines = [ln for ln in res.stdout.splitlines() if "tcp-ulp-mptcp" in ln]
-            out[snd] = {"bg": sum(" flags:M" in ln for ln in lines), "wc": sum(" flags:J" in ln for ln in lines)}
+            out[snd] = {"bg": sum(" flags:M" in ln for ln in lines), "wc": sum(" flags:J" in ln for ln in lines),
+                        "k": k.get(self.fab.topo.host(snd).ip, 0)}
         return out
 
     def stop(self) -> None:

@@ -52,10 +52,10 @@ class AqmParams:
 
 
 def _run(cmd: list[str]) -> str:
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise AqmError(f"{' '.join(cmd)}: {(res.stderr or res.stdout).strip()[-1500:]}")
-    return res.stdout
+    try:
+        return cc._run(cmd)
+    except cc.CcError as exc:
+        raise AqmError(str(exc)) from None
 
 
 def loaded() -> bool:
