@@ -72,7 +72,7 @@ class Config:
     stop_s: float = 20.0
     conns: tuple[int, ...] = (3, 5)  # fig14: S1's connection counts
     wc_subflows: int = 1
-    wc_aqm: bool = True            # random early drop of WC on switch ports (apps.prio_queues.aqm)
+    wc_aqm: bool = False           # random early drop of WC on switch ports (apps.prio_queues.aqm)
     mtu: int = 1500                # AIMD needs windows of many packets: 100 Mb/s x ~30 ms is 250 of these
     of_port: int = 6653
 
