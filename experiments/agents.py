@@ -88,7 +88,7 @@ class Agents:
         topo = self.fab.topo
         link = next(lk for lk in topo.links if host in (lk.a, lk.b))
         base = dict(host=host, interface=f"{host}-eth0", address=topo.host(host).ip,
-                    nic_mbps=link.capacity_mbps, mtu=topo.mtu)
+                    nic_mbps=link.capacity_mbps)
         reply = self.clients[host].request("config", {**base, **cfg})
         if not reply.get("ok"):
             raise AgentError(f"agent {host}: {reply.get('error')}")

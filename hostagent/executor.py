@@ -72,8 +72,6 @@ class Executor:
             self._mptcp(limits[0], plan.of(P.MptcpEndpoint))
         for table in plan.of(P.NftTable):
             self._nft(table)
-        for step in plan.of(P.Offload):
-            self._offload(step)
         tc = [s for s in plan.steps if isinstance(s, (P.TcQdisc, P.TcClass, P.TcLeaf, P.TcFilter))]
         if tc:
             self._tc(tc)
@@ -85,8 +83,7 @@ class Executor:
     def teardown(self) -> None:
         """Undo everything this executor put in force (best effort, all parts tried)."""
         errors = []
-        for name, fn in (("tc", self._tc_remove), ("offload", self._offload_restore), ("nft", self._nft_remove),
-                         ("mptcp", self._mptcp_remove),
+        for name, fn in (("tc", self._tc_remove), ("nft", self._nft_remove), ("mptcp", self._mptcp_remove),
                          ("bpf", self._bpf_remove), ("sysctl", self._sysctl_restore)):
             try:
                 fn()
@@ -167,33 +164,6 @@ class Executor:
     def _mptcp_remove(self) -> None:
         for eid in self.mptcp_endpoints():
             _run(["ip", "mptcp", "endpoint", "delete", "id", str(eid)])
-
-    # ---- segmentation offloads ---------------------------------------------------------------
-    _ETHTOOL_NAMES = {"tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload"}
-
-    def _offload_state(self, dev: str) -> dict[str, bool]:
-        out = _run(["ethtool", "-k", dev])
-        state = {}
-        for short, long_name in self._ETHTOOL_NAMES.items():
-            for line in out.splitlines():
-                if line.strip().startswith(long_name + ":"):
-                    state[short] = line.split(":", 1)[1].split()[0] == "on"
-        return state
-
-    def _offload(self, step: P.Offload) -> None:
-        state = self._offload_state(step.dev)
-        saved = self.applied.setdefault("offload", {})
-        saved.setdefault(step.dev, {f: state.get(f, False) for f in step.features})
-        on = [f for f in step.features if state.get(f)]
-        if on:
-            _run(["ethtool", "-K", step.dev, *[x for f in on for x in (f, "off")]])
-            self.changes += 1
-
-    def _offload_restore(self) -> None:
-        for dev, was in self.applied.get("offload", {}).items():
-            back = [x for f, on in was.items() if on for x in (f, "on")]
-            if back:
-                _run(["ethtool", "-K", dev, *back])
 
     # ---- nftables -----------------------------------------------------------------------------
     def _nft(self, table: P.NftTable) -> None:

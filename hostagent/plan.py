@@ -60,11 +60,10 @@ class HostConfig:
     competition: float | None = None
     beta: float = DEFAULT_BETA
     rtt_hint_ms: float = 50.0      # Eq. 1's maxRTT until live subflows are measured
-    mtu: int = 1500                # the interface's: sizes the HTB leaf queues
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
     FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
-              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "mtu", "pair_limits_mbps")
+              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "pair_limits_mbps")
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
@@ -110,8 +109,6 @@ class HostConfig:
             problems.append(f"unit_mbps {self.unit_mbps!r} must be positive")
         if not _num(self.beta) or self.beta <= 0:
             problems.append(f"beta {self.beta!r} must be positive")
-        if not isinstance(self.mtu, int) or isinstance(self.mtu, bool) or not 576 <= self.mtu <= 65535:
-            problems.append(f"mtu {self.mtu!r} must be an integer 576..65535")
         if not _num(self.rtt_hint_ms) or not 0 < self.rtt_hint_ms <= 10_000:
             problems.append(f"rtt_hint_ms {self.rtt_hint_ms!r} must be in (0, 10000]")
         for dst, mbps in self.pair_limits_mbps.items():
@@ -179,14 +176,6 @@ class TcClass:
 
 
 @dataclass(frozen=True)
-class Offload:
-    """Segmentation offloads of an interface switched off (put back as they
-    were at teardown)."""
-    dev: str
-    features: tuple[str, ...] = ("tso", "gso")
-
-
-@dataclass(frozen=True)
 class TcLeaf:
     """A byte-limited FIFO under a leaf class (HTB's default pfifo holds
     1000 packets: seconds of queueing at a guarantee's rate, which inflates
@@ -215,7 +204,7 @@ class BpfMapSet:
     value: int
 
 
-Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | Offload | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet
+Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet
 
 
 @dataclass(frozen=True)
@@ -286,34 +275,31 @@ def nft_plan(cfg: HostConfig) -> NftTable:
 
 
 LEAF_QUEUE_S = 0.005      # leaf FIFOs hold ~5 ms at their class rate...
-LEAF_QUEUE_PACKETS = 3    # ...and at least three full-size packets (segmentation offloads are off)
+# ...and at least four GSO super-packets: the host's own qdisc sees TCP's
+# segments before segmentation (up to 64 KiB each); a FIFO shorter than one
+# drops every such send, and TCP takes a local drop as congestion (a BG
+# subflow at 35 Mb/s with a 27 KB FIFO stalled in RTO backoff). TCP small
+# queues keep each socket's share of this queue to ~1 ms anyway.
+LEAF_QUEUE_MIN = 4 * 65536
 
 
-def _leaf(dev: str, classid: str, rate_bps: int, mtu: int) -> TcLeaf:
+def _leaf(dev: str, classid: str, rate_bps: int) -> TcLeaf:
     minor = int(classid.split(":")[1], 16)
-    return TcLeaf(dev, classid, f"{minor + 0x1000:x}:",
-                  max(LEAF_QUEUE_PACKETS * (mtu + 14), int(rate_bps * LEAF_QUEUE_S / 8)))
+    return TcLeaf(dev, classid, f"{minor + 0x1000:x}:", max(LEAF_QUEUE_MIN, int(rate_bps * LEAF_QUEUE_S / 8)))
 
 
-def tc_plan(cfg: HostConfig) -> list[Offload | TcQdisc | TcClass | TcLeaf | TcFilter]:
+def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
     """HTB: BG (ToS 0x00) at the guarantee -- or per destination, pipe
-    model -- and WC (everything else, non-IP included) up to the NIC rate.
-
-    Segmentation offloads (TSO, GSO) go off on the interface: with them the
-    qdisc sees TCP's 64 KiB super-packets, and a class at a guarantee of a
-    few Mb/s releases one every ~100 ms -- whole-connection stalls, since
-    MPTCP delivers in data-sequence order across subflows -- or a FIFO short
-    enough for its rate drops every one of them."""
+    model -- and WC (everything else, non-IP included) up to the NIC rate."""
     nic = int(cfg.nic_mbps * 1e6)
     bg = int(cfg.guarantee_mbps * 1e6)
     dev = cfg.interface
     wc_rate = max(nic - bg, nic // 100)
-    steps: list[Offload | TcQdisc | TcClass | TcFilter] = [
-        Offload(dev),
+    steps: list[TcQdisc | TcClass | TcFilter] = [
         TcQdisc(dev, TC_HANDLE, CLASS_WC),
         TcClass(dev, CLASS_ROOT, TC_HANDLE, nic, nic, 0),
         TcClass(dev, CLASS_WC, CLASS_ROOT, wc_rate, nic, 1),
-        _leaf(dev, CLASS_WC, nic, cfg.mtu),
+        _leaf(dev, CLASS_WC, nic),
     ]
     bg_mask = (TOS_BG, 0xFC)
     if cfg.pair_limits_mbps:
@@ -321,11 +307,11 @@ def tc_plan(cfg: HostConfig) -> list[Offload | TcQdisc | TcClass | TcLeaf | TcFi
             classid = f"1:{PAIR_CLASS_BASE + i:x}"
             rate = int(mbps * 1e6)
             steps.append(TcClass(dev, classid, CLASS_ROOT, rate, rate, 0))
-            steps.append(_leaf(dev, classid, rate, cfg.mtu))
+            steps.append(_leaf(dev, classid, rate))
             steps.append(TcFilter(dev, 10 + i, bg_mask, classid, dst=dst))
     # the hose limit: all BG of this VM (and BG to unlisted destinations in the pipe model)
     steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, max(bg, 8000), max(bg, 8000), 0))
-    steps.append(_leaf(dev, CLASS_BG, bg, cfg.mtu))
+    steps.append(_leaf(dev, CLASS_BG, bg))
     steps.append(TcFilter(dev, 1000, bg_mask, CLASS_BG))
     return steps
 

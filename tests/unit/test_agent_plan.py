@@ -66,12 +66,9 @@ def test_tc_plan_limits_bg_to_the_guarantee_and_leaves_wc_to_the_nic():
     assert filters == [P.TcFilter("s1-eth0", 1000, (0x00, 0xFC), P.CLASS_BG)]
     # every class hangs under the root at the NIC rate; the root under the qdisc
     assert all(c.parent == P.CLASS_ROOT for k, c in classes.items() if k != P.CLASS_ROOT)
-    # offloads off first (the qdisc then sees real packets), leaf FIFOs in time at their rate
-    assert steps[0] == P.Offload("s1-eth0", ("tso", "gso"))
+    # leaf FIFOs take whole GSO super-packets (64 KiB): a shorter one stalls TCP
     leaves = {s.parent: s.limit_bytes for s in steps if isinstance(s, P.TcLeaf)}
-    assert leaves == {P.CLASS_BG: 35_000_000 * 5 // 1000 // 8, P.CLASS_WC: 100_000_000 * 5 // 1000 // 8}
-    low = {s.parent: s.limit_bytes for s in P.tc_plan(_cfg(guarantee_mbps=1)) if isinstance(s, P.TcLeaf)}
-    assert low[P.CLASS_BG] == 3 * (1500 + 14)                       # 1 Mb/s: three packets, not 5 ms
+    assert set(leaves) == {P.CLASS_BG, P.CLASS_WC} and min(leaves.values()) >= 2 * 65536
 
 
 def test_tc_plan_pipe_model_adds_per_destination_bg_classes_tried_first():
