@@ -73,7 +73,7 @@ class Config:
     conns: tuple[int, ...] = (3, 5)  # fig14: S1's connection counts
     wc_subflows: int = 1
     wc_aqm: bool = False           # random early drop of WC on switch ports (apps.prio_queues.aqm)
-    mtu: int = 1500                # AIMD needs windows of many packets: 100 Mb/s x ~30 ms is 250 of these
+    mtu: int = 9000
     of_port: int = 6653
 
     def check(self) -> None:
@@ -261,6 +261,29 @@ def _quiesce(fab: Fabric, timeout_s: float = 20.0) -> None:
     print(f"warning: senders still have MPTCP subflows after {timeout_s:g} s", file=sys.stderr)
 
 
+def parse_meter_stats(text: str) -> dict[int, dict[str, int]]:
+    """``ovs-ofctl -O OpenFlow13 meter-stats`` -> {meter id: {packets in, packets dropped by its band}}."""
+    out: dict[int, dict[str, int]] = {}
+    for m in re.finditer(r"meter:(\d+).*?packet_in_count:(\d+).*?0: packet_count:(\d+)", text, re.S):
+        out[int(m.group(1))] = {"packets": int(m.group(2)), "dropped": int(m.group(3))}
+    return out
+
+
+def meter_drops(topo) -> dict[str, dict[str, int]]:
+    """Per metered host: packets its ToR meter saw and dropped (the ToR
+    meter's id is the host's port)."""
+    out = {}
+    for snd in SENDERS:
+        link = next(lk for lk in topo.links if snd in (lk.a, lk.b))
+        tor, port = (link.b, link.b_port) if link.a == snd else (link.a, link.a_port)
+        res = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "meter-stats", tor, str(port)],
+                             capture_output=True, text=True)
+        got = parse_meter_stats(res.stdout).get(port)
+        if got:
+            out[snd] = got
+    return out
+
+
 def share_error(measured: dict[str, float], wanted: dict[str, float]) -> float | None:
     """Largest relative error of the measured shares against the wanted
     proportions (entries wanted 0 are left out)."""
@@ -289,6 +312,8 @@ def run(cfg: Config, out_dir: Path) -> dict:
         fab.wait_routes(60)
         report["warnings"] = list(fab.warnings)
         report.update(KIND_RUNNERS[cfg.kind](fab, agents, cfg))
+        if env:
+            report["meter_drops"] = meter_drops(topo)
     R.write_json(out_dir / "results.json", report)
     plot(report, out_dir / "results.png")
     print(json.dumps(report.get("verdict", {}), indent=1))
