@@ -276,8 +276,7 @@ def meter_drops(topo) -> dict[str, dict[str, int]]:
     for snd in SENDERS:
         link = next(lk for lk in topo.links if snd in (lk.a, lk.b))
         tor, port = (link.b, link.b_port) if link.a == snd else (link.a, link.a_port)
-        res = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "meter-stats", tor, str(port)],
-                             capture_output=True, text=True)
+        res = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "meter-stats", tor], capture_output=True, text=True)
         got = parse_meter_stats(res.stdout).get(port)
         if got:
             out[snd] = got

@@ -188,3 +188,13 @@ def test_backup_toggling_rule():
     assert decide_backup(False, [False] * 4, 3, 5) is False                # idle for 4 samples only
     assert decide_backup(False, [True] + [False] * 5, 3, 5) is True        # idle 5: WC back to backup
     assert decide_backup(False, [False, True, False, False, False], 3, 5) is False
+
+
+def test_meter_stats_parsing():
+    from experiments.bgwc import parse_meter_stats
+    text = ("OFPST_METER reply (OF1.3) (xid=0x2):\n"
+            "meter:4 flow_count:1 packet_in_count:616 byte_in_count:5040756 duration:8.584s bands:\n"
+            "0: packet_count:0 byte_count:0\n\n"
+            "meter:1 flow_count:1 packet_in_count:1969 byte_in_count:17305867 duration:8.584s bands:\n"
+            "0: packet_count:12 byte_count:107376\n")
+    assert parse_meter_stats(text) == {4: {"packets": 616, "dropped": 0}, 1: {"packets": 1969, "dropped": 12}}
