@@ -72,6 +72,7 @@ class Config:
     stop_s: float = 20.0
     conns: tuple[int, ...] = (3, 5)  # fig14: S1's connection counts
     wc_subflows: int = 1
+    beta: float = 3.0              # Eq. 1's factor, given to every agent
     wc_aqm: bool = False           # random early drop of WC on switch ports (apps.prio_queues.aqm)
     mtu: int = 9000
     of_port: int = 6653
@@ -81,6 +82,8 @@ class Config:
             raise OptionError(f"option kind={self.kind!r}: one of {', '.join(KINDS)}")
         if self.link_mbps <= 0 or self.duration <= 4 or self.sample_s <= 0:
             raise OptionError("options link_mbps, duration (> 4 s), sample_s must be positive")
+        if self.beta <= 0:
+            raise OptionError(f"option beta={self.beta}: must be positive")
         if not 576 <= self.mtu <= 9000:
             raise OptionError(f"option mtu={self.mtu}: 576..9000")
 
@@ -323,11 +326,12 @@ def run(cfg: Config, out_dir: Path) -> dict:
 def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy: str = "guarantee",
                explicit: dict[str, float] | None = None, wc_subflows: int | None = None) -> None:
     for h in PAIR.values():   # receivers: endpoints for the joins; their BG is the BG subflows' ACKs
-        agents.configure(h, guarantee_mbps=cfg.link_mbps, wc_subflows=cfg.wc_subflows, policy="equal")
+        agents.configure(h, guarantee_mbps=cfg.link_mbps, wc_subflows=cfg.wc_subflows, policy="equal",
+                         beta=cfg.beta)
     for snd, g in guarantees.items():
         extra = {"competition": explicit[snd]} if explicit and snd in explicit else {}
         agents.configure(snd, guarantee_mbps=g, wc_subflows=wc_subflows or cfg.wc_subflows,
-                         policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, **extra)
+                         policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, beta=cfg.beta, **extra)
 
 
 def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:
