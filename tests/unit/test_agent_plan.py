@@ -198,3 +198,14 @@ def test_meter_stats_parsing():
             "meter:1 flow_count:1 packet_in_count:1969 byte_in_count:17305867 duration:8.584s bands:\n"
             "0: packet_count:12 byte_count:107376\n")
     assert parse_meter_stats(text) == {4: {"packets": 616, "dropped": 0}, 1: {"packets": 1969, "dropped": 12}}
+
+
+def test_sched_best_prefers_the_simplest_within_the_margin():
+    from experiments.bgwc import sched_best
+
+    def v(paced, bg, link):
+        return {"paced_bg_share": paced, "backlogged_bg_of_guarantee": bg, "backlogged_link_use": link}
+    measured = {"default": v(0.995, 0.998, 0.987), "backup": v(1.0, 0.999, 0.349), "toggle": v(0.993, 0.998, 0.994)}
+    assert sched_best(measured) == "default"                     # toggle's 0.993 vs 0.987: not worth a loop
+    measured["default"] = v(0.60, 0.98, 0.87)                    # the paper's Fig. 5 problem
+    assert sched_best(measured) == "toggle"
