@@ -59,6 +59,10 @@ UDP_PORT = 7200
 UDP_FLOWS_PER_SENDER = 3
 METER_HEADROOM = 1.05
 SUBFLOWS_AT_S = 4.0   # when the meter counts each sender's subflows (after the joins)
+# fig14's guarantees (paper units, of 1000): BG small beside WC, but not so
+# small that a BG subflow's GSO-sized host queue holds its connection back
+# for seconds (at 10 units = 1 Mb/s, one 64 KiB packet takes 0.5 s)
+FIG14_GUARANTEE = 100
 TABLE3_ROWS = ((400, 200, 200), (300, 100, 100), (400, 200, 100), (400, 200, None))
 
 
@@ -431,7 +435,7 @@ def _fig14(fab: Fabric, agents: Agents, cfg: Config) -> dict:
     senders = ("s1", "s3", "s4")
     for conns in cfg.conns:
         for policy in ("none", "equal"):
-            g = {s: 10 * cfg.scale for s in senders}
+            g = {s: FIG14_GUARANTEE * cfg.scale for s in senders}
             if policy == "none":
                 # no fairness policy: every WC subflow a plain Reno (A_l = K keeps alpha_w = 1)
                 explicit = {"s1": float(conns), "s3": 1.0, "s4": 1.0}
