@@ -179,6 +179,88 @@ def _path_peak(load, cap, path_links, path_hops, r, d):
 
 
 @njit(cache=True)
+def _below(load, cap, path_links, path_hops, group_start, g, skip, d, bar, best):
+    """A path of group g other than ``skip`` on which demand d stays below
+    ``bar``: the one with the lowest peak if ``best``, else the first; -1 if none."""
+    found = -1
+    lowest = bar
+    for r in range(group_start[g], group_start[g + 1]):
+        if r == skip:
+            continue
+        pk = _path_peak(load, cap, path_links, path_hops, r, d)
+        if pk < lowest:
+            found = r
+            if not best:
+                break
+            lowest = pk
+    return found
+
+
+@njit(cache=True)
+def _blocked_only_by(load, cap, path_links, path_hops, r, d, bar, qx):
+    """Does path qx cross every link of r that demand d would push to ``bar``?"""
+    for h in range(path_hops[r]):
+        e = path_links[r, h]
+        if (load[e] + d) / cap[e] >= bar and not _on_path(path_links, path_hops, qx, e):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _exchange(f, d, q, flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap, load, bar):
+    """With f's demand d lifted off its path q: move f onto a path r whose
+    links at the bar all lose another flow x, and x onto a path below the bar."""
+    g = flow_group[f]
+    for r in range(group_start[g], group_start[g + 1]):
+        if r == q:
+            continue
+        for x in range(flow_group.shape[0]):
+            if x == f:
+                continue
+            qx = flow_path[x]
+            dx = flow_demand[x]
+            if not _blocked_only_by(load, cap, path_links, path_hops, r, d, bar, qx):
+                continue
+            _add(load, path_links, path_hops, qx, -dx)
+            if _path_peak(load, cap, path_links, path_hops, r, d) < bar:
+                _add(load, path_links, path_hops, r, d)
+                rx = _below(load, cap, path_links, path_hops, group_start, flow_group[x], qx, dx, bar, False)
+                if rx >= 0:
+                    _add(load, path_links, path_hops, rx, dx)
+                    flow_path[f] = r
+                    flow_path[x] = rx
+                    return True
+                _add(load, path_links, path_hops, r, -d)
+            _add(load, path_links, path_hops, qx, dx)
+    return False
+
+
+@njit(cache=True)
+def _improve(exchange, flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap, load, bar):
+    """One move off the bar: the first flow crossing a link at ``bar`` that
+    a single move (the best path below the bar) or, with ``exchange``, an
+    exchange can relieve. Returns whether a move was made."""
+    for f in range(flow_group.shape[0]):
+        q = flow_path[f]
+        if not _crosses(load, cap, path_links, path_hops, q, bar):
+            continue
+        d = flow_demand[f]
+        _add(load, path_links, path_hops, q, -d)
+        if exchange:
+            if _exchange(f, d, q, flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap,
+                         load, bar):
+                return True
+        else:
+            r = _below(load, cap, path_links, path_hops, group_start, flow_group[f], q, d, bar, True)
+            if r >= 0:
+                _add(load, path_links, path_hops, r, d)
+                flow_path[f] = r
+                return True
+        _add(load, path_links, path_hops, q, d)
+    return False
+
+
+@njit(cache=True)
 def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap, load,
                       max_rounds):
     """Local search on the one-path routing's bottleneck: U = the highest
@@ -189,8 +271,6 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
     number of links at U, or U itself, and never creates a new link at U,
     so it ends; stops when neither kind of move exists. Returns the rounds
     made."""
-    n = flow_group.shape[0]
-    tol = 1e-9
     rounds = 0
     while rounds < max_rounds:
         peak = 0.0
@@ -198,83 +278,11 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
             u = load[e] / cap[e]
             if u > peak:
                 peak = u
-        bar = peak - tol
-        moved = False
-        # single moves
-        for f in range(n):
-            q = flow_path[f]
-            if not _crosses(load, cap, path_links, path_hops, q, bar):
-                continue
-            d = flow_demand[f]
-            g = flow_group[f]
-            _add(load, path_links, path_hops, q, -d)
-            best_r = -1
-            best_peak = bar
-            for r in range(group_start[g], group_start[g + 1]):
-                if r == q:
-                    continue
-                pk = _path_peak(load, cap, path_links, path_hops, r, d)
-                if pk < best_peak:
-                    best_peak = pk
-                    best_r = r
-            if best_r >= 0:
-                _add(load, path_links, path_hops, best_r, d)
-                flow_path[f] = best_r
-                moved = True
-                break
-            _add(load, path_links, path_hops, q, d)
-        if not moved:
-            # exchanges: f leaves a hot link for path r whose blocking links all lose flow x
-            for f in range(n):
-                q = flow_path[f]
-                if not _crosses(load, cap, path_links, path_hops, q, bar):
-                    continue
-                d = flow_demand[f]
-                g = flow_group[f]
-                _add(load, path_links, path_hops, q, -d)
-                for r in range(group_start[g], group_start[g + 1]):
-                    if r == q:
-                        continue
-                    for x in range(n):
-                        if x == f:
-                            continue
-                        qx = flow_path[x]
-                        dx = flow_demand[x]
-                        # x must cross every link of r that f would push to the bar
-                        ok = True
-                        for h in range(path_hops[r]):
-                            e = path_links[r, h]
-                            if (load[e] + d) / cap[e] >= bar and not _on_path(path_links, path_hops, qx, e):
-                                ok = False
-                                break
-                        if not ok:
-                            continue
-                        gx = flow_group[x]
-                        _add(load, path_links, path_hops, qx, -dx)
-                        done = False
-                        if _path_peak(load, cap, path_links, path_hops, r, d) < bar:
-                            _add(load, path_links, path_hops, r, d)
-                            for rx in range(group_start[gx], group_start[gx + 1]):
-                                if rx == qx:
-                                    continue
-                                if _path_peak(load, cap, path_links, path_hops, rx, dx) < bar:
-                                    _add(load, path_links, path_hops, rx, dx)
-                                    flow_path[f] = r
-                                    flow_path[x] = rx
-                                    done = True
-                                    break
-                            if not done:
-                                _add(load, path_links, path_hops, r, -d)
-                        if done:
-                            moved = True
-                            break
-                        _add(load, path_links, path_hops, qx, dx)
-                    if moved:
-                        break
-                if moved:
-                    break
-                _add(load, path_links, path_hops, q, d)
-        if not moved:
+        bar = peak - 1e-9
+        if not (_improve(False, flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap, load,
+                         bar)
+                or _improve(True, flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap,
+                            load, bar)):
             break
         rounds += 1
     return rounds
