@@ -123,8 +123,7 @@ class Meter:
         self.t0 = time.time()
 
     def _nft(self, host: str, *args: str, stdin: str | None = None) -> str:
-        pid = self.fab.host(host).pid
-        res = subprocess.run(["mnexec", "-a", str(pid), "nft", *args], input=stdin, capture_output=True, text=True)
+        res = self.fab.run_in(host, "nft", *args, stdin=stdin)
         if res.returncode != 0:
             raise RuntimeError(f"nft on {host}: {res.stderr.strip()}")
         return res.stdout
@@ -163,8 +162,7 @@ class Meter:
         out = {}
         k = cc.read_map("bwf_kcount")
         for snd in SENDERS:
-            res = subprocess.run(["mnexec", "-a", str(self.fab.host(snd).pid), "ss", "-tinH"],
-                                 capture_output=True, text=True)
+            res = self.fab.run_in(snd, "ss", "-tinH")
             lines = [ln for ln in res.stdout.splitlines() if "tcp-ulp-mptcp" in ln]
             out[snd] = {"bg": sum(" flags:M" in ln for ln in lines), "wc": sum(" flags:J" in ln for ln in lines),
                         "k": k.get(self.fab.topo.host(snd).ip, 0)}
@@ -259,9 +257,7 @@ def _quiesce(fab: Fabric, timeout_s: float = 20.0) -> None:
     while time.monotonic() < deadline:
         left = 0
         for snd in SENDERS:
-            res = subprocess.run(["mnexec", "-a", str(fab.host(snd).pid), "ss", "-tinH", "state", "connected"],
-                                 capture_output=True, text=True)
-            left += res.stdout.count("tcp-ulp-mptcp")
+            left += fab.run_in(snd, "ss", "-tinH", "state", "connected").stdout.count("tcp-ulp-mptcp")
         if not left:
             return
         time.sleep(0.5)
@@ -490,8 +486,7 @@ PACED_OF_GUARANTEE = 0.9
 
 
 def _tc_backlog(fab: Fabric, host: str, classid: str) -> int:
-    res = subprocess.run(["mnexec", "-a", str(fab.host(host).pid), "tc", "-s", "class", "show", "dev",
-                          f"{host}-eth0", "classid", classid], capture_output=True, text=True)
+    res = fab.run_in(host, "tc", "-s", "class", "show", "dev", f"{host}-eth0", "classid", classid)
     m = re.search(r"backlog (\d+)b", res.stdout)
     return int(m.group(1)) if m else 0
 
@@ -501,8 +496,7 @@ def _set_backup(fab: Fabric, receiver: str, backup: bool) -> None:
     sender (MP_PRIO), whose scheduler then uses the WC subflow only when no
     other subflow can send."""
     ep = str(ENDPOINT_ID_BASE + 1)
-    res = subprocess.run(["mnexec", "-a", str(fab.host(receiver).pid), "ip", "mptcp", "endpoint", "change", "id",
-                          ep, "backup" if backup else "nobackup"], capture_output=True, text=True)
+    res = fab.run_in(receiver, "ip", "mptcp", "endpoint", "change", "id", ep, "backup" if backup else "nobackup")
     if res.returncode != 0:
         raise RuntimeError(f"{receiver}: ip mptcp endpoint change id {ep}: {res.stderr.strip()}")
 

@@ -153,6 +153,13 @@ class Fabric:
     def host(self, name: str):
         return self.net.get(name)
 
+    def run_in(self, name: str, *cmd: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        """A command in host ``name``'s namespaces (``mnexec -a``: unlike
+        ``host.cmd`` it does not go through the host's one shell, so threads
+        may use it at once)."""
+        return subprocess.run(["mnexec", "-a", str(self.host(name).pid), *cmd], input=stdin, capture_output=True,
+                              text=True)
+
     def wait_routes(self, timeout: float = 60.0, table: int = 1) -> None:
         """Until every switch is connected and has a forwarding entry (IP and
         ARP) for every host."""
