@@ -4,6 +4,7 @@ queue; with alpha_w 1 and 1/4 (A_l 1 and 1/2, K=1 each) the first should get
 about twice the second (AIMD rate ~ sqrt(alpha)); swapping the factors swaps
 the shares; equal factors share evenly."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,7 @@ SECS = 14.0
 VMS = ("10.9.2.1", "10.9.2.2")
 DST = "10.9.3.9"
 SENDER = textwrap.dedent('''
-    import socket, sys, time
+    import socket, struct, sys, time
     src, dst, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
     s = socket.socket()
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, sys.argv[4].encode())
@@ -36,24 +37,30 @@ SENDER = textwrap.dedent('''
     end = time.time() + secs; buf = b"x" * 65536
     while time.time() < end:
         s.sendall(buf)
+    # reset, not close: a closed socket would go on sending its megabytes of
+    # send buffer after the run, and the two flows' windows would differ
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     s.close()
 ''')
 SINK = textwrap.dedent('''
     import socket, threading, sys, json, time
     srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", 5002)); srv.listen(8); got = {}
-    warm = float(sys.argv[1]); t0 = None
+    warm, secs = float(sys.argv[1]), float(sys.argv[2]); t0 = []
     print("ready", flush=True)
     def rx(c, peer):
-        start = time.time()
+        # one window for both flows: (first accept + warm, first accept + secs]
         while True:
-            b = c.recv(1 << 16)
+            try:
+                b = c.recv(1 << 16)
+            except ConnectionResetError:
+                break
             if not b: break
-            if time.time() - start > warm:
+            if warm < time.time() - t0[0] <= secs:
                 got[peer] = got.get(peer, 0) + len(b)
     ths = []
     for _ in range(2):
-        c, (peer, _) = srv.accept(); t = threading.Thread(target=rx, args=(c, peer)); t.start(); ths.append(t)
+        c, (peer, _) = srv.accept(); t0 or t0.append(time.time()); t = threading.Thread(target=rx, args=(c, peer)); t.start(); ths.append(t)
     for t in ths: t.join()
     print(json.dumps(got), flush=True)
 ''')
@@ -107,23 +114,29 @@ def _shares(bottleneck, a_levels, secs=SECS, warm=4.0, cc_name="bwf_wc", tos=0x0
     ex = Executor()
     for ip, a in zip(VMS, a_levels):
         ex.apply_bpf(BpfMapSet(BPF_MAP, ip, fixed_point(a)))
-    sink = subprocess.Popen(["ip", "netns", "exec", rcv, sys.executable, "-c", SINK, str(warm)],
+    sink = subprocess.Popen(["ip", "netns", "exec", rcv, sys.executable, "-c", SINK, str(warm), str(secs)],
                             stdout=subprocess.PIPE, text=True)
-    assert sink.stdout.readline().strip() == "ready"
-    senders = [subprocess.Popen(["ip", "netns", "exec", snd, sys.executable, "-c", SENDER, ip, DST, str(secs), cc_name,
-                                 str(tos)])
-               for ip in VMS]
-    time.sleep(secs / 2)
-    k_during = cc.read_map("bwf_kcount")
-    for p in senders:
-        p.wait(secs + 20)
-    assert all(k_during.get(ip) == 1 for ip in VMS), k_during   # K: one sending WC flow per VM
-    deadline = time.time() + 15   # closed sockets drain their send buffers, then release: K back to 0
-    while any(cc.read_map("bwf_kcount").get(ip) for ip in VMS):
-        assert time.time() < deadline, cc.read_map("bwf_kcount")
-        time.sleep(0.2)
-    import json
-    got = json.loads(sink.communicate(timeout=20)[0].strip().splitlines()[-1])
+    senders = []
+    try:
+        assert sink.stdout.readline().strip() == "ready"
+        senders = [subprocess.Popen(["ip", "netns", "exec", snd, sys.executable, "-c", SENDER, ip, DST, str(secs),
+                                     cc_name, str(tos)])
+                   for ip in VMS]
+        time.sleep(secs / 2)
+        k_during = cc.read_map("bwf_kcount")
+        for p in senders:
+            p.wait(secs + 20)
+        assert all(k_during.get(ip) == 1 for ip in VMS), k_during   # K: one sending WC flow per VM
+        deadline = time.time() + 15   # the reset sockets release their flows: K back to 0
+        while any(cc.read_map("bwf_kcount").get(ip) for ip in VMS):
+            assert time.time() < deadline, cc.read_map("bwf_kcount")
+            time.sleep(0.2)
+        got = json.loads(sink.communicate(timeout=20)[0].strip().splitlines()[-1])
+    finally:
+        for p in senders + [sink]:   # on a failure, nothing of ours outlives the test
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     total = sum(got.values())
     return [got[ip] / total for ip in VMS], total * 8 / (secs - warm) / 1e6
 
