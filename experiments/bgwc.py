@@ -79,6 +79,8 @@ class Config:
     beta: float = 10.0             # Eq. 1: the agents default to 3; here 10 (BG dipped to 0.74 with 3, see README)
     wc_aqm: bool = False           # random early drop of WC on switch ports (apps.prio_queues.aqm)
     mtu: int = 9000
+    queue_kb: float = 225.0        # per-class FIFO on every switch port
+    stale_loss_cnt: int = 4        # hosts' net.mptcp.stale_loss_cnt (the kernel's default: 4)
     of_port: int = 6653
 
     def check(self) -> None:
@@ -90,6 +92,8 @@ class Config:
             raise OptionError(f"option beta={self.beta}: must be positive")
         if not 576 <= self.mtu <= 9000:
             raise OptionError(f"option mtu={self.mtu}: 576..9000")
+        if not 2 * self.mtu / 1000 <= self.queue_kb <= 100_000:
+            raise OptionError(f"option queue_kb={self.queue_kb:g}: at least two packets of the MTU, at most 100000")
 
     @property
     def scale(self) -> float:
@@ -297,7 +301,7 @@ def share_error(measured: dict[str, float], wanted: dict[str, float]) -> float |
 
 def run(cfg: Config, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    topo = builders.bgwc_testbed(link_mbps=cfg.link_mbps, mtu=cfg.mtu)
+    topo = builders.bgwc_testbed(link_mbps=cfg.link_mbps, mtu=cfg.mtu, queue_bytes=int(cfg.queue_kb * 1000))
     topo.save(out_dir / "topology.json")
     report: dict = {"config": asdict(cfg), "scale": f"{cfg.link_mbps:g} Mb/s links for the paper's "
                     f"{PAPER_LINK:g}: rates x{cfg.scale:g}; U = {cfg.unit_mbps:g} Mb/s"}
@@ -327,11 +331,12 @@ def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy
                explicit: dict[str, float] | None = None, wc_subflows: int | None = None) -> None:
     for h in PAIR.values():   # receivers: endpoints for the joins; their BG is the BG subflows' ACKs
         agents.configure(h, guarantee_mbps=cfg.link_mbps, wc_subflows=cfg.wc_subflows, policy="equal",
-                         beta=cfg.beta)
+                         beta=cfg.beta, stale_loss_cnt=cfg.stale_loss_cnt)
     for snd, g in guarantees.items():
         extra = {"competition": explicit[snd]} if explicit and snd in explicit else {}
         agents.configure(snd, guarantee_mbps=g, wc_subflows=wc_subflows or cfg.wc_subflows,
-                         policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, beta=cfg.beta, **extra)
+                         policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, beta=cfg.beta,
+                         stale_loss_cnt=cfg.stale_loss_cnt, **extra)
 
 
 def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:

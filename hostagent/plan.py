@@ -60,10 +60,14 @@ class HostConfig:
     competition: float | None = None
     beta: float = DEFAULT_BETA
     rtt_hint_ms: float = 50.0      # Eq. 1's maxRTT until live subflows are measured
+    # MPTCP-level retransmission intervals a subflow may sit on unacknowledged
+    # data before the kernel calls it stale and re-sends its data on the
+    # others (net.mptcp.stale_loss_cnt; the kernel's default is 4)
+    stale_loss_cnt: int = 4
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
     FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
-              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "pair_limits_mbps")
+              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "stale_loss_cnt", "pair_limits_mbps")
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
@@ -111,6 +115,9 @@ class HostConfig:
             problems.append(f"beta {self.beta!r} must be positive")
         if not _num(self.rtt_hint_ms) or not 0 < self.rtt_hint_ms <= 10_000:
             problems.append(f"rtt_hint_ms {self.rtt_hint_ms!r} must be in (0, 10000]")
+        if not isinstance(self.stale_loss_cnt, int) or isinstance(self.stale_loss_cnt, bool) or \
+                not 1 <= self.stale_loss_cnt <= 100:
+            problems.append(f"stale_loss_cnt {self.stale_loss_cnt!r} must be an integer 1..100")
         for dst, mbps in self.pair_limits_mbps.items():
             try:
                 ipaddress.IPv4Address(dst)
@@ -225,6 +232,9 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
     far above the fabric's base RTT."""
     buf = rcvbuf_bytes if rcvbuf_bytes is not None else receive_buffer_bytes(cfg.rtt_hint_ms / 1e3, cfg.nic_mbps * 1e6, cfg.beta)
     return [Sysctl("net.mptcp.enabled", "1"),
+            # a WC subflow stuck in loss recovery holds the connection's in-order
+            # delivery; once stale, its data goes out again on BG
+            Sysctl("net.mptcp.stale_loss_cnt", str(cfg.stale_loss_cnt)),
             Sysctl("net.ipv4.tcp_congestion_control", BG_CC),
             Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
             # the sender holds as much, from the start: an MPTCP connection's send

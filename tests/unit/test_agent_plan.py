@@ -45,9 +45,11 @@ def test_eq1_receive_buffer():
 
 def test_config_errors_name_every_problem():
     with pytest.raises(P.PlanError) as exc:
-        _cfg(guarantee_mbps=150, wc_subflows=-1, address="10.0.0", policy="x", pair_limits_mbps={"h2": 5})
+        _cfg(guarantee_mbps=150, wc_subflows=-1, address="10.0.0", policy="x", pair_limits_mbps={"h2": 5},
+             stale_loss_cnt=0)
     msg = str(exc.value)
-    for part in ("guarantee_mbps 150", "wc_subflows -1", "address '10.0.0'", "policy 'x'", "'h2'"):
+    for part in ("guarantee_mbps 150", "wc_subflows -1", "address '10.0.0'", "policy 'x'", "'h2'",
+                 "stale_loss_cnt 0"):
         assert part in msg
     with pytest.raises(P.PlanError, match="unknown configuration keys"):
         _cfg(rate=5)
@@ -101,6 +103,8 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert P.mptcp_plan(_cfg(wc_subflows=0)) == [P.MptcpLimits(0, 0)]
     sysctls = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=500000)}
     assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"].split()[2] == "500000"
+    assert sysctls["net.mptcp.stale_loss_cnt"] == "4"
+    assert {s.key: s.value for s in P.sysctl_plan(_cfg(stale_loss_cnt=1))}["net.mptcp.stale_loss_cnt"] == "1"
     assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE))]
     whole = P.host_plan(cfg)
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
@@ -209,3 +213,14 @@ def test_sched_best_prefers_the_simplest_within_the_margin():
     assert sched_best(measured) == "default"                     # toggle's 0.993 vs 0.987: not worth a loop
     measured["default"] = v(0.60, 0.98, 0.87)                    # the paper's Fig. 5 problem
     assert sched_best(measured) == "toggle"
+
+
+def test_bgwc_config_refuses_bad_options_by_name():
+    from experiments.bgwc import Config
+    from experiments.options import OptionError
+    Config(queue_kb=1000).check()
+    for bad, name in ((dict(queue_kb=10), "queue_kb"), (dict(mtu=100), "mtu"), (dict(kind="fig99"), "kind"),
+                      (dict(beta=0), "beta")):
+        with pytest.raises(OptionError, match=name):
+            Config(**bad).check()
+    Config(queue_kb=10, mtu=1500).check()       # two 1500-byte packets fit in 10 KB
