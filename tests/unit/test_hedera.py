@@ -37,3 +37,17 @@ def test_global_first_fit():
     # the NIC); 4 fits path 0 exactly; 9 fits neither link 0 (10) nor link 1 (5)
     assert choice == [0, 1, None, 0, None]
     assert ELEPHANT_FRACTION == 0.10
+
+
+def test_the_worked_example_of_the_hedera_paper():
+    """The four hosts and ten flows of the Hedera paper's demand-estimation
+    example (Al-Fares et al., NSDI 2010, Fig. 4). Worked by hand:
+    senders first give A 1/3, 1/3, 1/3; B 1/3 x 3; C 1/2 x 2; D 1/2 x 2.
+    Receiver A (B, B, C: 7/6 > 1) caps its three at 1/3; receiver B (A 1/3,
+    D 1/2, D 1/2: 4/3 > 1) caps its three at 1/3. The senders then hand what
+    is left to their unconverged flows: C's flow to D gets 2/3, the rest
+    stay at 1/3; no receiver is over 1 after that."""
+    flows = [("A", "B"), ("A", "C"), ("A", "D"), ("B", "A"), ("B", "A"), ("B", "C"),
+             ("C", "A"), ("C", "D"), ("D", "B"), ("D", "B")]
+    third = 1 / 3
+    assert estimate_demands(flows) == pytest.approx([third] * 7 + [2 / 3] + [third] * 2)
