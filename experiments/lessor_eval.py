@@ -60,8 +60,9 @@ class Config:
     of_port: int = 6653
 
     def check(self) -> None:
-        if self.topology not in ("fattree", "vl2"):
-            raise OptionError(f"option topology={self.topology!r}: one of fattree, vl2")
+        if self.topology not in builders.EVALUATION_FABRICS:
+            raise OptionError(f"option topology={self.topology!r}: one of "
+                              + ", ".join(builders.EVALUATION_FABRICS))
         for a in self.apps:
             if a not in SCHEMES:
                 raise OptionError(f"option apps: {a!r} is not one of {', '.join(SCHEMES)}")
@@ -79,10 +80,8 @@ class Config:
         return OnOffModel(self.on_mean_s, self.off_mean_s, self.sigma, self.max_dests)
 
     def topo(self):
-        if self.topology == "fattree":
-            return builders.fattree(k=self.k, link_mbps=self.link_mbps)
-        return builders.vl2(servers_per_tor=self.servers_per_tor, server_mbps=self.link_mbps,
-                            fabric_mbps=self.fabric_mbps)
+        return builders.evaluation_fabric(self.topology, k=self.k, link_mbps=self.link_mbps,
+                                          fabric_mbps=self.fabric_mbps, servers_per_tor=self.servers_per_tor)
 
     def identity(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k not in _NOT_IDENTITY}

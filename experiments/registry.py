@@ -14,6 +14,8 @@ EXPERIMENTS = {
     "main": (routing_comparison, {}, "FatTree k=4 10 Mb/s: permutation + web search, single_path vs ecmp"),
     "fidelity": (routing_comparison, routing_comparison.FIDELITY,
                  "single_path stride-4/stride-8/permutation vs the max-min ideal"),
+    "fidelity-vl2": (routing_comparison, routing_comparison.FIDELITY_VL2,
+                     "the same on VL2 (d0=2, d1=4, d2=4; 10 Mb/s servers, 25 Mb/s fabric)"),
     "lessor-permutation": (routing_comparison, routing_comparison.LESSOR_PERMUTATION,
                            "FatTree k=4 random permutation of long flows: single_path, ecmp, hedera, lessor"),
     "lessor-fattree": (lessor_eval, {}, "FatTree k=4 web-search ON-OFF, loads 0.1-0.9 x 3 seeds: "

@@ -24,14 +24,17 @@ from experiments.workloads import SizeCdf, open_loop_flows, permutation, stride
 from mininet_topos import builders
 from experiments.options import OptionError
 
-PATTERNS = ("permutation", "stride4", "stride8", "stride1", "stride2")
+PATTERNS = ("permutation", "stride1", "stride2", "stride4", "stride5", "stride8", "stride10")
 APPS = ("single_path", "ecmp", "hedera", "lessor")
 
 
 @dataclass
 class Config:
+    topology: str = "fattree"
     k: int = 4
-    link_mbps: float = 10.0
+    link_mbps: float = 10.0          # FatTree links; VL2 server links
+    fabric_mbps: float = 25.0        # VL2 ToR-aggregation-intermediate links
+    servers_per_tor: int = 5         # VL2
     mtu: int = builders.JUMBO_MTU
     queue_bytes: int = builders.DEFAULT_QUEUE_BYTES
     apps: tuple[str, ...] = ("single_path", "ecmp")
@@ -47,6 +50,9 @@ class Config:
     of_port: int = 6653
 
     def check(self) -> None:
+        if self.topology not in builders.EVALUATION_FABRICS:
+            raise OptionError(f"option topology={self.topology!r}: one of "
+                              + ", ".join(builders.EVALUATION_FABRICS))
         for p in self.patterns:
             if p not in PATTERNS:
                 raise OptionError(f"option patterns: {p!r} is not one of {', '.join(PATTERNS)}")
@@ -55,13 +61,18 @@ class Config:
                 raise OptionError(f"option apps: {a!r} is not one of {', '.join(APPS)}")
         if not 0 < self.load <= 1:
             raise OptionError(f"option load={self.load}: must be in (0, 1]")
-        if self.link_mbps <= 0 or self.long_duration <= 0 or self.ws_duration <= 0:
-            raise OptionError("options link_mbps, long_duration, ws_duration must be positive")
+        if min(self.link_mbps, self.fabric_mbps, self.long_duration, self.ws_duration) <= 0:
+            raise OptionError("options link_mbps, fabric_mbps, long_duration, ws_duration must be positive")
+        if self.servers_per_tor < 1:
+            raise OptionError(f"option servers_per_tor={self.servers_per_tor}: must be at least 1")
         if self.workload is not None:
             SizeCdf.load(self.workload)
 
 
 FIDELITY = dict(apps=("single_path",), patterns=("stride4", "stride8", "permutation"), workload=None)
+# VL2 (d0=2, d1=4, d2=4) scaled as in lessor-vl2: 5 servers per ToR at 10 Mb/s
+# under 25 Mb/s fabric links; stride 5 sends every flow to another ToR.
+FIDELITY_VL2 = dict(FIDELITY, topology="vl2", patterns=("stride5", "stride10", "permutation"))
 # Measured with the default 3 s warm-up: it includes LESSOR's convergence
 # (flows start on the ECMP defaults, are found within one polling period and
 # moved onto PMPT's paths).
@@ -86,7 +97,9 @@ def run(cfg: Config, out_dir: Path) -> dict:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    topo = builders.fattree(k=cfg.k, link_mbps=cfg.link_mbps, mtu=cfg.mtu, queue_bytes=cfg.queue_bytes)
+    topo = builders.evaluation_fabric(cfg.topology, k=cfg.k, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps,
+                                      servers_per_tor=cfg.servers_per_tor, mtu=cfg.mtu,
+                                      queue_bytes=cfg.queue_bytes)
     topo_file = out_dir / "topology.json"
     topo.save(topo_file)
     view = NetworkView(topo)

@@ -119,6 +119,23 @@ def vl2(d0: int = 2, d1: int = 4, d2: int = 4, servers_per_tor: int = 20,
                   server_mbps=server_mbps, fabric_mbps=fabric_mbps)
 
 
+EVALUATION_FABRICS = ("fattree", "vl2")
+
+
+def evaluation_fabric(topology: str, *, k: int = 4, link_mbps: float = 10.0, fabric_mbps: float = 25.0,
+                      servers_per_tor: int = 5, mtu: int = JUMBO_MTU,
+                      queue_bytes: int | None = DEFAULT_QUEUE_BYTES) -> TopologyDescription:
+    """The experiments' fabrics by name: ``fattree`` (k, every link at
+    link_mbps) or ``vl2`` (d0=2, d1=4, d2=4; servers at link_mbps, fabric
+    links at fabric_mbps)."""
+    if topology == "fattree":
+        return fattree(k=k, link_mbps=link_mbps, mtu=mtu, queue_bytes=queue_bytes)
+    if topology == "vl2":
+        return vl2(servers_per_tor=servers_per_tor, server_mbps=link_mbps, fabric_mbps=fabric_mbps,
+                   mtu=mtu, queue_bytes=queue_bytes)
+    raise ValueError(f"topology {topology!r}: one of {', '.join(EVALUATION_FABRICS)}")
+
+
 def lessor_testbed(link_mbps: float = 1000.0, mtu: int = JUMBO_MTU,
                    queue_bytes: int | None = DEFAULT_QUEUE_BYTES) -> TopologyDescription:
     """LESSOR's testbed: 8 servers on 4 switches, a 2x2 leaf-spine. Servers

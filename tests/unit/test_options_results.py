@@ -18,6 +18,29 @@ def test_options_parse_and_reject():
         parse_options(Config, ["apps=ospf"])
     with pytest.raises(OptionError, match="'ring'"):
         parse_options(Config, ["patterns=ring"])
+    with pytest.raises(OptionError, match="topology='torus'"):
+        parse_options(Config, ["topology=torus"])
+    with pytest.raises(OptionError, match="servers_per_tor=0"):
+        parse_options(Config, ["topology=vl2", "servers-per-tor=0"])
+
+
+def test_fidelity_vl2_builds_the_scaled_vl2_and_its_strides_cross_tors():
+    from controller.network_view import NetworkView
+    from experiments.routing_comparison import FIDELITY_VL2, _pairs
+    from mininet_topos import builders
+    cfg = parse_options(Config, registry.default_items(FIDELITY_VL2))
+    topo = builders.evaluation_fabric(cfg.topology, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps,
+                                      servers_per_tor=cfg.servers_per_tor)
+    view = NetworkView(topo)
+    assert (len(view.hosts), len(topo.switches)) == (20, 10)
+    assert {lk.capacity_mbps for lk in topo.links if lk.a.startswith("h") or lk.b.startswith("h")} == {10.0}
+    assert {lk.capacity_mbps for lk in topo.links
+            if not (lk.a.startswith("h") or lk.b.startswith("h"))} == {25.0}
+    for pattern in ("stride5", "stride10"):
+        pairs = _pairs(pattern, view.hosts, 1)
+        assert all(view.host_switch(s)[0] != view.host_switch(d)[0] for s, d in pairs), pattern
+    with pytest.raises(ValueError, match="topology 'ring'"):
+        builders.evaluation_fabric("ring")
 
 
 def test_registry_rejects_unknown_experiment_and_bad_option(capsys, tmp_path):
