@@ -2,6 +2,7 @@
 
 Table 0 (TABLE_CLASSIFY) of every switch, before any routing app's table:
 
+    prio 303  ip, udp, any dscp           -> dscp := 0 (BG), set_queue(BG), goto forwarding
     prio 302  ip, dscp 0 (ToS 0x00, BG)   -> set_queue(BG), goto forwarding
     prio 302  ip, dscp 8 (ToS 0x20, WC)   -> set_queue(WC), goto forwarding
     prio 301  ip, any other dscp          -> dscp := 8 (WC), set_queue(WC), goto forwarding
@@ -12,12 +13,20 @@ mark BG TCP subflows and UDP 0x00 and rate-limit that to the guarantee), an
 unknown ToS is rewritten to WC at the first switch it meets (and at every
 later one). ECN bits are not part of the match and are kept.
 
+UDP counts as BG whatever its ToS (the paper's rule): it has no congestion
+control, so in the WC queue it would not share the spare bandwidth but take
+it, starving the WC subflows -- and, through MPTCP's in-order delivery, the
+BG subflows of the same connections (measured: a host's BG fell to 0.57 of
+its guarantee while an unmanaged host sent EF-marked UDP at the link rate).
+As BG it falls under the sender's ToR meter below, i.e. its guarantee.
+
 Beyond the paper, a second line of enforcement: for hosts with a configured
 guarantee, the ToR meters BG arriving from the host's port (an OpenFlow
 meter with a drop band at the guarantee; meter id = the port number), so a
 host that ignores its agent cannot push more than its guarantee into the
 high-priority queues:
 
+    prio 311  in_port=<host>, ip, udp     -> meter(<port>), dscp := 0, set_queue(BG), goto forwarding
     prio 310  in_port=<host>, ip, dscp 0  -> meter(<port>), set_queue(BG), goto forwarding
 
 ``set_queue`` picks the OVSDB QoS queue on kernel-datapath OVS and on
@@ -38,9 +47,11 @@ DSCP_BG = TOS_BG >> 2
 DSCP_WC = TOS_WC >> 2
 QUEUE_BG = 0  # also where unclassified (non-IP) packets go
 QUEUE_WC = 1
+PRIO_UDP = PRIO_CLASSIFY + 203
 PRIO_KNOWN = PRIO_CLASSIFY + 202
 PRIO_REWRITE = PRIO_CLASSIFY + 201
 PRIO_METERED = PRIO_CLASSIFY + 210
+PRIO_METERED_UDP = PRIO_CLASSIFY + 211
 # Meter burst (kilobits, as OpenFlow counts it for kb/s meters): 50 ms at
 # the guarantee, and never below two GSO super-packets (2 x 64 KiB). A host's
 # HTB releases its BG a whole super-packet at a time, at line rate, so a
@@ -59,6 +70,9 @@ def classification_entries() -> list[ofmsg.Message]:
     ck = cookie(APP_PRIO_QUEUES)
     ip = dict(eth_type=ofmsg.ETH_TYPE_IP)
     return [
+        ofmsg.flow_add(TABLE_CLASSIFY, PRIO_UDP, ofmsg.Match.of(**ip, ip_proto=ofmsg.IPPROTO_UDP),
+                       [ofmsg.SetField("ip_dscp", DSCP_BG), ofmsg.SetQueue(QUEUE_BG)],
+                       goto=TABLE_FORWARD, cookie=ck),
         ofmsg.flow_add(TABLE_CLASSIFY, PRIO_KNOWN, ofmsg.Match.of(**ip, ip_dscp=DSCP_BG),
                        [ofmsg.SetQueue(QUEUE_BG)], goto=TABLE_FORWARD, cookie=ck),
         ofmsg.flow_add(TABLE_CLASSIFY, PRIO_KNOWN, ofmsg.Match.of(**ip, ip_dscp=DSCP_WC),
@@ -105,8 +119,12 @@ class PrioQueuesLogic:
             msgs.append(ofmsg.MeterMod("delete", port))
             rate = int(mbps * 1000)
             msgs.append(ofmsg.MeterMod("add", port, rate, self.burst_kbit or default_burst_kbit(rate)))
-            match = ofmsg.Match.of(in_port=port, eth_type=ofmsg.ETH_TYPE_IP, ip_dscp=DSCP_BG)
-            msgs.append(ofmsg.FlowMod(TABLE_CLASSIFY, PRIO_METERED, match,
-                                      (ofmsg.MeterInstruction(port), ofmsg.ApplyActions((ofmsg.SetQueue(QUEUE_BG),)),
-                                       ofmsg.GotoTable(TABLE_FORWARD)), cookie=cookie(APP_PRIO_QUEUES)))
+            for prio, fields, actions in (
+                    (PRIO_METERED, dict(ip_dscp=DSCP_BG), (ofmsg.SetQueue(QUEUE_BG),)),
+                    (PRIO_METERED_UDP, dict(ip_proto=ofmsg.IPPROTO_UDP),
+                     (ofmsg.SetField("ip_dscp", DSCP_BG), ofmsg.SetQueue(QUEUE_BG)))):
+                match = ofmsg.Match.of(in_port=port, eth_type=ofmsg.ETH_TYPE_IP, **fields)
+                msgs.append(ofmsg.FlowMod(TABLE_CLASSIFY, prio, match,
+                                          (ofmsg.MeterInstruction(port), ofmsg.ApplyActions(actions),
+                                           ofmsg.GotoTable(TABLE_FORWARD)), cookie=cookie(APP_PRIO_QUEUES)))
         return ofmsg.ordered(msgs)

@@ -1,6 +1,6 @@
 """BG/WC classification on the fake network, composed with a routing app:
 each ToS reaches the right queue at every hop; unknown ToS is rewritten to
-WC at the first switch; forwarding is untouched."""
+WC at the first switch; UDP is BG whatever its ToS; forwarding is untouched."""
 
 import struct
 
@@ -28,13 +28,20 @@ def net(request):
     return fake
 
 
-@pytest.mark.parametrize("proto", ["tcp", "udp"])
-def test_bg_and_wc_tos_go_to_their_queues_at_every_hop(net, proto):
+def test_bg_and_wc_tos_go_to_their_queues_at_every_hop(net):
     for dscp, queue in ((DSCP_BG, QUEUE_BG), (DSCP_WC, QUEUE_WC)):
-        trace = net.trace("h1", net.packet("h1", "h16", proto=proto, dscp=dscp))
+        trace = net.trace("h1", net.packet("h1", "h16", proto="tcp", dscp=dscp))
         assert trace.delivered_to == "h16" and len(trace.hops) == 5
         assert [h.queue_id for h in trace.hops] == [queue] * 5
         assert all(h.pkt["ip_dscp"] == dscp for h in trace.hops)
+
+
+@pytest.mark.parametrize("dscp", [DSCP_BG, DSCP_WC, 46, 10, 63])
+def test_udp_counts_as_bg_whatever_its_tos(net, dscp):
+    trace = net.trace("h1", net.packet("h1", "h16", proto="udp", dscp=dscp))
+    assert trace.delivered_to == "h16" and len(trace.hops) == 5
+    assert [h.queue_id for h in trace.hops] == [QUEUE_BG] * 5
+    assert all(h.pkt["ip_dscp"] == DSCP_BG for h in trace.hops)     # rewritten at the first switch
 
 
 @pytest.mark.parametrize("dscp", [46, 10, 1, 63, 9, 7])   # EF, AF11, odd values next to 0x20
@@ -94,6 +101,11 @@ def test_tor_meters_cap_bg_from_hosts_with_a_guarantee():
     assert wc.hops[0].meters == () and wc.hops[0].queue_id == QUEUE_WC
     free = fake.trace("s2", fake.packet("s2", "s6", dscp=DSCP_BG))  # no guarantee configured: not metered
     assert free.hops[0].meters == ()
+    for dscp in (DSCP_BG, DSCP_WC, 46):          # UDP is BG whatever its marking, so it meets the meter
+        udp = fake.trace("s1", fake.packet("s1", "s5", proto="udp", dscp=dscp))
+        assert udp.delivered_to == "s5" and udp.hops[0].meters == (port_s1,)
+        assert [h.queue_id for h in udp.hops] == [QUEUE_BG] * len(udp.hops)
+        assert all(h.pkt["ip_dscp"] == DSCP_BG for h in udp.hops)
 
 
 def test_bad_guarantees_are_refused_naming_them():
