@@ -81,6 +81,7 @@ class Config:
     mtu: int = 9000
     queue_kb: float = 225.0        # per-class FIFO on every switch port
     stale_loss_cnt: int = 4        # hosts' net.mptcp.stale_loss_cnt (the kernel's default: 4)
+    rto_min_ms: float = 0.0        # hosts' TCP minimum RTO; 0: the kernel's (200 ms)
     of_port: int = 6653
 
     def check(self) -> None:
@@ -94,6 +95,8 @@ class Config:
             raise OptionError(f"option mtu={self.mtu}: 576..9000")
         if not 2 * self.mtu / 1000 <= self.queue_kb <= 100_000:
             raise OptionError(f"option queue_kb={self.queue_kb:g}: at least two packets of the MTU, at most 100000")
+        if self.rto_min_ms and not 1 <= self.rto_min_ms <= 1000:
+            raise OptionError(f"option rto_min_ms={self.rto_min_ms:g}: 1..1000, or 0 for the kernel's")
 
     @property
     def scale(self) -> float:
@@ -331,12 +334,12 @@ def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy
                explicit: dict[str, float] | None = None, wc_subflows: int | None = None) -> None:
     for h in PAIR.values():   # receivers: endpoints for the joins; their BG is the BG subflows' ACKs
         agents.configure(h, guarantee_mbps=cfg.link_mbps, wc_subflows=cfg.wc_subflows, policy="equal",
-                         beta=cfg.beta, stale_loss_cnt=cfg.stale_loss_cnt)
+                         beta=cfg.beta, stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None)
     for snd, g in guarantees.items():
         extra = {"competition": explicit[snd]} if explicit and snd in explicit else {}
         agents.configure(snd, guarantee_mbps=g, wc_subflows=wc_subflows or cfg.wc_subflows,
                          policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, beta=cfg.beta,
-                         stale_loss_cnt=cfg.stale_loss_cnt, **extra)
+                         stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None, **extra)
 
 
 def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:

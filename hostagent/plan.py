@@ -64,10 +64,15 @@ class HostConfig:
     # data before the kernel calls it stale and re-sends its data on the
     # others (net.mptcp.stale_loss_cnt; the kernel's default is 4)
     stale_loss_cnt: int = 4
+    # TCP's minimum retransmission timeout (net.ipv4.tcp_rto_min_us, kernels
+    # >= 6.11); None leaves the kernel's 200 ms. A WC subflow in RTO holds its
+    # connection's in-order delivery, BG included, for at least this long.
+    rto_min_ms: float | None = None
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
     FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
-              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "stale_loss_cnt", "pair_limits_mbps")
+              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "stale_loss_cnt", "rto_min_ms",
+              "pair_limits_mbps")
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
@@ -118,6 +123,8 @@ class HostConfig:
         if not isinstance(self.stale_loss_cnt, int) or isinstance(self.stale_loss_cnt, bool) or \
                 not 1 <= self.stale_loss_cnt <= 100:
             problems.append(f"stale_loss_cnt {self.stale_loss_cnt!r} must be an integer 1..100")
+        if self.rto_min_ms is not None and (not _num(self.rto_min_ms) or not 1 <= self.rto_min_ms <= 1000):
+            problems.append(f"rto_min_ms {self.rto_min_ms!r} must be in [1, 1000] (or absent: the kernel's)")
         for dst, mbps in self.pair_limits_mbps.items():
             try:
                 ipaddress.IPv4Address(dst)
@@ -240,7 +247,9 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # the sender holds as much, from the start: an MPTCP connection's send
             # buffer is its subflows' sum, freed only by in-order DATA_ACKs, so data
             # waiting on the slow WC subflow would otherwise leave BG nothing to send
-            Sysctl("net.ipv4.tcp_wmem", f"4096 {buf} {buf}")]
+            Sysctl("net.ipv4.tcp_wmem", f"4096 {buf} {buf}"),
+            *([Sysctl("net.ipv4.tcp_rto_min_us", str(round(cfg.rto_min_ms * 1000)))]
+              if cfg.rto_min_ms is not None else [])]
 
 
 def mptcp_plan(cfg: HostConfig) -> list[MptcpLimits | MptcpEndpoint]:

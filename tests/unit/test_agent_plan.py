@@ -46,10 +46,10 @@ def test_eq1_receive_buffer():
 def test_config_errors_name_every_problem():
     with pytest.raises(P.PlanError) as exc:
         _cfg(guarantee_mbps=150, wc_subflows=-1, address="10.0.0", policy="x", pair_limits_mbps={"h2": 5},
-             stale_loss_cnt=0)
+             stale_loss_cnt=0, rto_min_ms=0.5)
     msg = str(exc.value)
     for part in ("guarantee_mbps 150", "wc_subflows -1", "address '10.0.0'", "policy 'x'", "'h2'",
-                 "stale_loss_cnt 0"):
+                 "stale_loss_cnt 0", "rto_min_ms 0.5"):
         assert part in msg
     with pytest.raises(P.PlanError, match="unknown configuration keys"):
         _cfg(rate=5)
@@ -105,6 +105,8 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"].split()[2] == "500000"
     assert sysctls["net.mptcp.stale_loss_cnt"] == "4"
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(stale_loss_cnt=1))}["net.mptcp.stale_loss_cnt"] == "1"
+    assert "net.ipv4.tcp_rto_min_us" not in sysctls                  # the kernel's own unless configured
+    assert {s.key: s.value for s in P.sysctl_plan(_cfg(rto_min_ms=10))}["net.ipv4.tcp_rto_min_us"] == "10000"
     assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE))]
     whole = P.host_plan(cfg)
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
