@@ -82,6 +82,7 @@ class Config:
     queue_kb: float = 225.0        # per-class FIFO on every switch port
     stale_loss_cnt: int = 4        # hosts' net.mptcp.stale_loss_cnt (the kernel's default: 4)
     rto_min_ms: float = 0.0        # hosts' TCP minimum RTO; 0: the kernel's (200 ms)
+    trace: bool = False            # record every sender's subflows (ss) at each sample: stall diagnosis
     of_port: int = 6653
 
     def check(self) -> None:
@@ -122,9 +123,10 @@ def _meter_rules(topo) -> str:
 class Meter:
     """Per-sender, per-class byte counters at the receivers, sampled."""
 
-    def __init__(self, fab: Fabric, receivers: list[str], period_s: float):
+    def __init__(self, fab: Fabric, receivers: list[str], period_s: float, trace: bool = False):
         self.fab, self.receivers, self.period_s = fab, receivers, period_s
         self.samples: list[tuple[float, dict[str, int]]] = []
+        self.trace: list[dict] | None = [] if trace else None
         self.subflows: dict[str, dict[str, int]] | None = None
         self._stop = threading.Event()
         self.t0 = time.time()
@@ -160,7 +162,15 @@ class Meter:
             self.samples.append((time.time() - self.t0, self.read()))
             if self.subflows is None and self.samples[-1][0] >= SUBFLOWS_AT_S:
                 self.subflows = self.count_subflows()
+            if self.trace is not None:
+                self.trace.append({"t": round(time.time() - self.t0, 3), **self.subflow_states()})
             self._stop.wait(self.period_s)
+
+    def subflow_states(self) -> dict[str, list[dict]]:
+        """Each sender's MPTCP subflows as ``ss`` shows them (cwnd, RTO,
+        backoff, unacked, lost ...): what a stalled connection looks like."""
+        from hostagent.observe import subflow_states
+        return {snd: subflow_states(self.fab.run_in(snd, "ss", "-tinH").stdout) for snd in SENDERS}
 
     def count_subflows(self) -> dict[str, dict[str, int]]:
         """Per sender: its MPTCP subflows by kind (first = BG, joins = WC),
@@ -246,7 +256,7 @@ def _measured(fab: Fabric, cfg: Config, scenario) -> tuple[list[dict], dict | No
     sleeps through the run: per-interval rates, and each sender's subflows
     counted ``SUBFLOWS_AT_S`` in."""
     traffic = Traffic(fab, cfg)
-    meter = Meter(fab, list(PAIR.values()), cfg.sample_s).start()
+    meter = Meter(fab, list(PAIR.values()), cfg.sample_s, trace=cfg.trace).start()
     try:
         scenario(traffic)
         time.sleep(0.5)
@@ -254,7 +264,13 @@ def _measured(fab: Fabric, cfg: Config, scenario) -> tuple[list[dict], dict | No
         meter.stop()
         traffic.close()
         _quiesce(fab)
+    if meter.trace is not None:
+        TRACES.append(meter.trace)
     return meter.rates(), meter.subflows
+
+
+# subflow traces of the runs of one experiment (option trace=1), in run order
+TRACES: list[list[dict]] = []
 
 
 def _quiesce(fab: Fabric, timeout_s: float = 20.0) -> None:
@@ -320,7 +336,10 @@ def run(cfg: Config, out_dir: Path) -> dict:
             Agents(fab, out_dir / "agents") as agents:
         fab.wait_routes(60)
         report["warnings"] = list(fab.warnings)
+        TRACES.clear()
         report.update(KIND_RUNNERS[cfg.kind](fab, agents, cfg))
+        if cfg.trace:
+            report["subflow_traces"] = list(TRACES)
         if env:
             report["meter_drops"] = meter_drops(topo)
     R.write_json(out_dir / "results.json", report)

@@ -96,3 +96,36 @@ class BufferSizer:
         if in_force is not None and abs(want - in_force) <= self.change * in_force:
             return None
         return want
+
+
+_FIELDS = {name: re.compile(rf"\b{name}:(\d+(?:\.\d+)?)") for name in
+           ("cwnd", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent")}
+_RETRANS = re.compile(r"\bretrans:\d+/(\d+)")
+_FLAGS = re.compile(r"\btcp-ulp-mptcp flags:(\w+)")
+
+
+def subflow_states(text: str) -> list[dict]:
+    """Per MPTCP subflow of ``ss -tinH`` output, what tells a stalled one:
+    its role (``bg``: the connection's first subflow, flags ``M``; ``wc``: a
+    join, flags ``J``), local and remote port, Send-Q, cwnd, rto (ms),
+    backoff (consecutive RTOs), unacked and lost segments, total
+    retransmissions, ms since its last ACK and last send."""
+    out = []
+    header = None
+    for line in text.splitlines():
+        if not line.startswith((" ", "\t")):
+            header = line.split()
+            continue
+        flags = _FLAGS.search(line)
+        if flags is None or header is None or len(header) < 5:
+            continue
+        # header: State Recv-Q Send-Q Local:Port Peer:Port
+        st = {"role": "bg" if "M" in flags.group(1) else "wc" if "J" in flags.group(1) else "?",
+              "local": header[3], "peer": header[4], "send_q": int(header[2]) if header[2].isdigit() else None}
+        for name, rx in _FIELDS.items():
+            m = rx.search(line)
+            st[name] = float(m.group(1)) if m else 0.0
+        m = _RETRANS.search(line)
+        st["retrans"] = int(m.group(1)) if m else 0
+        out.append(st)
+    return out

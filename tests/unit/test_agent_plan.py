@@ -226,3 +226,20 @@ def test_bgwc_config_refuses_bad_options_by_name():
         with pytest.raises(OptionError, match=name):
             Config(**bad).check()
     Config(queue_kb=10, mtu=1500).check()       # two 1500-byte packets fit in 10 KB
+
+
+SS_STALL = """ESTAB 0 2895360 10.0.0.1:48252 10.0.0.5:7100
+\t reno wscale:9,9 rto:204 rtt:2.1/0.3 mss:8948 cwnd:12 ssthresh:9 bytes_acked:9437 unacked:9 retrans:0/3 lastsnd:4 lastack:4 tcp-ulp-mptcp flags:Mmec token:0000(id:0)/1a1bf318(id:0) seq:1 sfseq:1 ssnoff:1 maplen:0
+ESTAB 0 65536 10.0.0.1:39817 10.0.0.5:10101
+\t bwf_wc wscale:9,9 rto:1632 backoff:3 rtt:48.2/12 mss:8948 cwnd:1 ssthresh:2 unacked:4 lost:4 retrans:1/57 lastsnd:812 lastack:1630 tcp-ulp-mptcp flags:Jjec token:c5a26b77(id:0)/1a1bf318(id:0) seq:1 sfseq:0 ssnoff:2 maplen:0
+ESTAB 0 0 10.0.0.1:22 10.0.0.9:5000
+\t cubic rto:204 rtt:1/0.5 cwnd:10
+"""
+
+
+def test_subflow_states_tell_a_wc_subflow_in_rto_backoff():
+    from hostagent.observe import subflow_states
+    bg, wc = subflow_states(SS_STALL)          # the plain TCP socket is not a subflow
+    assert (bg["role"], bg["send_q"], bg["cwnd"], bg["backoff"], bg["retrans"]) == ("bg", 2895360, 12, 0, 3)
+    assert (wc["role"], wc["rto"], wc["backoff"], wc["lost"], wc["lastack"]) == ("wc", 1632, 3, 4, 1630)
+    assert wc["local"] == "10.0.0.1:39817" and wc["peer"] == "10.0.0.5:10101" and wc["retrans"] == 57
