@@ -17,7 +17,7 @@ The host's shape, per the paper:
   rates) -- WC unlimited up to the NIC;
 - the WC congestion control reads A_l for this VM from a BPF map keyed by
   the VM's IPv4 address (all Mininet hosts share one kernel);
-- tcp_rmem (per network namespace) holds Eq. 1's buffer.
+- tcp_rmem's ceiling (per network namespace) holds Eq. 1's buffer.
 """
 
 from __future__ import annotations
@@ -68,17 +68,11 @@ class HostConfig:
     # >= 6.11); None leaves the kernel's 200 ms. A WC subflow in RTO holds its
     # connection's in-order delivery, BG included, for at least this long.
     rto_min_ms: float | None = None
-    # Eq. 1's B as every socket's receive buffer from the start (tcp_rmem's
-    # default and ceiling); False: only the ceiling, autotuning grows towards
-    # it -- but it grows by what the application reads per RTT, and with a WC
-    # subflow's hole the data beyond it waits unread: the window closes at the
-    # autotuned size, far below B, and BG stops with it
-    rcvbuf_from_start: bool = True
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
     FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
               "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "stale_loss_cnt", "rto_min_ms",
-              "rcvbuf_from_start", "pair_limits_mbps")
+              "pair_limits_mbps")
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
@@ -131,8 +125,6 @@ class HostConfig:
             problems.append(f"stale_loss_cnt {self.stale_loss_cnt!r} must be an integer 1..100")
         if self.rto_min_ms is not None and (not _num(self.rto_min_ms) or not 1 <= self.rto_min_ms <= 1000):
             problems.append(f"rto_min_ms {self.rto_min_ms!r} must be in [1, 1000] (or absent: the kernel's)")
-        if not isinstance(self.rcvbuf_from_start, bool):
-            problems.append(f"rcvbuf_from_start {self.rcvbuf_from_start!r} must be true or false")
         for dst, mbps in self.pair_limits_mbps.items():
             try:
                 ipaddress.IPv4Address(dst)
@@ -240,8 +232,8 @@ class Plan:
 # ---- planners ---------------------------------------------------------------------------------
 def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl]:
     """MPTCP on; BG subflows' default congestion control; Eq. 1's buffer as
-    tcp_rmem's initial size (``rcvbuf_from_start``) and ceiling, and as
-    tcp_wmem's initial size and ceiling. Until the agent has live RTTs (see
+    tcp_rmem's ceiling (autotuning grows up to it) and as tcp_wmem's
+    initial size and ceiling. Until the agent has live RTTs (see
     hostagent.observe), the buffer is planned for ``rtt_hint_ms`` at the NIC
     rate: WC subflows queue behind BG, so their RTT is the low queue's delay,
     far above the fabric's base RTT."""
@@ -251,7 +243,7 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # delivery; once stale, its data goes out again on BG
             Sysctl("net.mptcp.stale_loss_cnt", str(cfg.stale_loss_cnt)),
             Sysctl("net.ipv4.tcp_congestion_control", BG_CC),
-            Sysctl("net.ipv4.tcp_rmem", f"4096 {buf if cfg.rcvbuf_from_start else min(131072, buf)} {buf}"),
+            Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
             # the sender holds as much, from the start: an MPTCP connection's send
             # buffer is its subflows' sum, freed only by in-order DATA_ACKs, so data
             # waiting on the slow WC subflow would otherwise leave BG nothing to send
