@@ -82,6 +82,7 @@ class Config:
     queue_kb: float = 225.0        # per-class FIFO on every switch port
     stale_loss_cnt: int = 4        # hosts' net.mptcp.stale_loss_cnt (the kernel's default: 4)
     rto_min_ms: float = 0.0        # hosts' TCP minimum RTO; 0: the kernel's (200 ms)
+    ecn: bool = True               # hosts ask for ECN: with wc_aqm, WC queues mark CE instead of dropping
     trace: bool = False            # record every sender's subflows (ss) at each sample: stall diagnosis
     of_port: int = 6653
 
@@ -353,12 +354,14 @@ def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy
                explicit: dict[str, float] | None = None, wc_subflows: int | None = None) -> None:
     for h in PAIR.values():   # receivers: endpoints for the joins; their BG is the BG subflows' ACKs
         agents.configure(h, guarantee_mbps=cfg.link_mbps, wc_subflows=cfg.wc_subflows, policy="equal",
-                         beta=cfg.beta, stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None)
+                         beta=cfg.beta, stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None,
+                         ecn=cfg.ecn)
     for snd, g in guarantees.items():
         extra = {"competition": explicit[snd]} if explicit and snd in explicit else {}
         agents.configure(snd, guarantee_mbps=g, wc_subflows=wc_subflows or cfg.wc_subflows,
                          policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, beta=cfg.beta,
-                         stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None, **extra)
+                         stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None, ecn=cfg.ecn,
+                         **extra)
 
 
 def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:

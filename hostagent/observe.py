@@ -101,6 +101,7 @@ class BufferSizer:
 _FIELDS = {name: re.compile(rf"\b{name}:(\d+(?:\.\d+)?)") for name in
            ("cwnd", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent")}
 _RETRANS = re.compile(r"\bretrans:\d+/(\d+)")
+_LIMITED = {name: re.compile(rf"\b{name}:\d+ms\(([\d.]+)%\)") for name in ("rwnd_limited", "sndbuf_limited")}
 _FLAGS = re.compile(r"\btcp-ulp-mptcp flags:(\w+)")
 
 
@@ -109,7 +110,8 @@ def subflow_states(text: str) -> list[dict]:
     its role (``bg``: the connection's first subflow, flags ``M``; ``wc``: a
     join, flags ``J``), local and remote port, Send-Q, cwnd, rto (ms),
     backoff (consecutive RTOs), unacked and lost segments, total
-    retransmissions, ms since its last ACK and last send."""
+    retransmissions, ms since its last ACK and last send, and the share of
+    its busy time limited by the receiver's window and by its send buffer."""
     out = []
     header = None
     for line in text.splitlines():
@@ -127,5 +129,8 @@ def subflow_states(text: str) -> list[dict]:
             st[name] = float(m.group(1)) if m else 0.0
         m = _RETRANS.search(line)
         st["retrans"] = int(m.group(1)) if m else 0
+        for name, rx in _LIMITED.items():     # % of the subflow's busy time so far
+            m = rx.search(line)
+            st[name] = float(m.group(1)) if m else 0.0
         out.append(st)
     return out

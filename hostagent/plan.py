@@ -68,11 +68,15 @@ class HostConfig:
     # >= 6.11); None leaves the kernel's 200 ms. A WC subflow in RTO holds its
     # connection's in-order delivery, BG included, for at least this long.
     rto_min_ms: float | None = None
+    # ECN on this host's TCP connections (net.ipv4.tcp_ecn=1): a switch's WC
+    # queue then marks instead of dropping (apps.prio_queues.aqm), and a WC
+    # subflow backs off without leaving a hole in its connection's data
+    ecn: bool = True
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
     FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
               "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "stale_loss_cnt", "rto_min_ms",
-              "pair_limits_mbps")
+              "ecn", "pair_limits_mbps")
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
@@ -125,6 +129,8 @@ class HostConfig:
             problems.append(f"stale_loss_cnt {self.stale_loss_cnt!r} must be an integer 1..100")
         if self.rto_min_ms is not None and (not _num(self.rto_min_ms) or not 1 <= self.rto_min_ms <= 1000):
             problems.append(f"rto_min_ms {self.rto_min_ms!r} must be in [1, 1000] (or absent: the kernel's)")
+        if not isinstance(self.ecn, bool):
+            problems.append(f"ecn {self.ecn!r} must be true or false")
         for dst, mbps in self.pair_limits_mbps.items():
             try:
                 ipaddress.IPv4Address(dst)
@@ -243,6 +249,9 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # delivery; once stale, its data goes out again on BG
             Sysctl("net.mptcp.stale_loss_cnt", str(cfg.stale_loss_cnt)),
             Sysctl("net.ipv4.tcp_congestion_control", BG_CC),
+            # 1: ask for ECN on connections this host opens (and accept it);
+            # 2, the kernel's default: accept it only
+            Sysctl("net.ipv4.tcp_ecn", "1" if cfg.ecn else "2"),
             Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
             # the sender holds as much, from the start: an MPTCP connection's send
             # buffer is its subflows' sum, freed only by in-order DATA_ACKs, so data

@@ -3,14 +3,15 @@ tc egress BPF classifier; see hostagent/bpf/bwf_aqm.bpf.c for why).
 
 This kernel has no red qdisc, so the drop decision is made before the HTB
 tree, against a virtual queue that drains at the port rate: WC packets are
-dropped with a probability rising from 0 at ``min`` to ``max_p`` at
-``max`` (gentle: to 1 at 2 x ``max``); BG packets pass. One program is
+dropped -- or, if ECN-capable, marked CE -- with a probability rising
+from 0 at ``min`` to ``max_p`` at ``max`` (gentle: to 1 at 2 x ``max``);
+BG packets pass. One program is
 loaded per machine and pinned; every port gets its own entry (key: ifindex)
 in the pinned map ``bwf_aqm_ports``.
 
     load()                              # once (idempotent)
     attach("sl-eth5", 100e6, AqmParams.for_queue(225000))
-    stats("sl-eth5")                    # {"wc_seen": .., "wc_dropped": ..}
+    stats("sl-eth5")                    # {"wc_seen": .., "wc_dropped": .., "wc_marked": ..}
     unload()                            # unpins (ports keep nothing once deleted)
 """
 
@@ -25,8 +26,9 @@ from hostagent import cc
 PIN_PROG = cc.BPFFS / "bwf_aqm"
 PIN_MAPS = cc.BPFFS / "aqm"
 MAP = PIN_MAPS / "bwf_aqm_ports"
-# struct aqm_port: lock(4) pad(4) rate u64, min u32, max u32, max_p_ppm u32, pad u32, vq, last, seen, dropped u64
-_VALUE = struct.Struct("<I4xQIIII4Q")
+# struct aqm_port: lock(4) pad(4) rate u64, min u32, max u32, max_p_ppm u32, pad u32, vq, last, seen, dropped,
+# marked u64
+_VALUE = struct.Struct("<I4xQIIII5Q")
 
 
 class AqmError(RuntimeError):
@@ -62,9 +64,20 @@ def loaded() -> bool:
     return PIN_PROG.exists() and MAP.exists()
 
 
+def _stale() -> bool:
+    """A program pinned by an older bwfabric whose map entries have another layout."""
+    import json
+    try:
+        info = json.loads(_run(["bpftool", "-j", "map", "show", "pinned", str(MAP)]))
+    except AqmError:
+        return True
+    return info.get("bytes_value") != _VALUE.size
+
+
 def load() -> None:
-    if loaded():
+    if loaded() and not _stale():
         return
+    unload()
     obj = cc.build()["bwf_aqm"]
     cc._mount_bpffs()
     PIN_MAPS.mkdir(parents=True, exist_ok=True)
@@ -103,7 +116,7 @@ def attach(dev: str, rate_bps: float, params: AqmParams, netns: str | None = Non
         raise AqmError("AQM: not loaded (apps.prio_queues.aqm.load())")
     key = struct.pack("<I", _ifindex(dev, netns))
     value = _VALUE.pack(0, int(rate_bps), params.min_bytes, params.max_bytes, int(params.max_p * 1e6), 0,
-                        0, 0, 0, 0)
+                        0, 0, 0, 0, 0)
     _run(["bpftool", "map", "update", "pinned", str(MAP), "key", "hex", *_hex(key), "value", "hex", *_hex(value)])
     _run([*_ns(netns), "tc", "qdisc", "replace", "dev", dev, "clsact"])
     _run([*_ns(netns), "tc", "filter", "replace", "dev", dev, "egress", "pref", "1", "handle", "1", "bpf", "da",
@@ -117,6 +130,6 @@ def stats(dev: str, netns: str | None = None) -> dict[str, int]:
     raw = bytes(int(b, 16) for b in out["value"]) if isinstance(out.get("value"), list) else None
     if raw is None:     # BTF-formatted output
         v = out.get("formatted", {}).get("value", out.get("value", {}))
-        return {"wc_seen": int(v["wc_seen"]), "wc_dropped": int(v["wc_dropped"])}
+        return {"wc_seen": int(v["wc_seen"]), "wc_dropped": int(v["wc_dropped"]), "wc_marked": int(v["wc_marked"])}
     fields = _VALUE.unpack(raw)
-    return {"wc_seen": fields[8], "wc_dropped": fields[9]}
+    return {"wc_seen": fields[8], "wc_dropped": fields[9], "wc_marked": fields[10]}

@@ -39,6 +39,7 @@ struct aqm_port {
 	__u64 last_ns;		/* state */
 	__u64 wc_seen;		/* counters */
 	__u64 wc_dropped;
+	__u64 wc_marked;
 };
 
 struct {
@@ -71,15 +72,17 @@ int bwf_aqm(struct __sk_buff *skb)
 	struct aqm_port *p;
 	__u32 key = skb->ifindex;
 	__u64 now, gap, drained, q, ppm, dice;
-	int wc = 0;
+	int wc = 0, ect = 0;
 
 	p = bpf_map_lookup_elem(&bwf_aqm_ports, &key);
 	if (!p)
 		return TC_ACT_OK;
 	if ((void *)(eth + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP)) {
 		ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) <= data_end && (ip->tos & 0xfc) == TOS_WC)
+		if ((void *)(ip + 1) <= data_end && (ip->tos & 0xfc) == TOS_WC) {
 			wc = 1;
+			ect = (ip->tos & 3) != 0;
+		}
 	}
 	now = bpf_ktime_get_ns();
 	dice = bpf_get_prandom_u32() % PPM;	/* no helper calls under the lock */
@@ -91,8 +94,15 @@ int bwf_aqm(struct __sk_buff *skb)
 	p->vq_bytes = p->vq_bytes > drained ? p->vq_bytes - drained : 0;
 	p->last_ns = now;
 	q = p->vq_bytes + skb->len;
+	/* the virtual queue holds no more than the port can: packets the real
+	 * FIFO drops at its tail were counted here too, and without a cap the
+	 * virtual queue ran away under a slow-start burst, leaving the drop
+	 * probability at 1 -- every non-ECN-capable WC packet (retransmissions
+	 * are never ECT) dropped, and the WC subflows dead, for good */
+	if (q > 2 * (__u64)p->max_bytes)
+		q = 2 * (__u64)p->max_bytes;
 	ppm = wc ? drop_ppm(p, q) : 0;
-	if (dice < ppm) {
+	if (dice < ppm && !ect) {
 		p->wc_dropped++;
 		p->wc_seen++;
 		bpf_spin_unlock(&p->lock);
@@ -101,6 +111,10 @@ int bwf_aqm(struct __sk_buff *skb)
 	p->vq_bytes = q;
 	if (wc)
 		p->wc_seen++;
+	if (dice < ppm)
+		p->wc_marked++;
 	bpf_spin_unlock(&p->lock);
+	if (dice < ppm)
+		bpf_skb_ecn_set_ce(skb);	/* ECT -> CE, checksum fixed by the helper */
 	return TC_ACT_OK;
 }

@@ -46,10 +46,10 @@ def test_eq1_receive_buffer():
 def test_config_errors_name_every_problem():
     with pytest.raises(P.PlanError) as exc:
         _cfg(guarantee_mbps=150, wc_subflows=-1, address="10.0.0", policy="x", pair_limits_mbps={"h2": 5},
-             stale_loss_cnt=0, rto_min_ms=0.5)
+             stale_loss_cnt=0, rto_min_ms=0.5, ecn="on")
     msg = str(exc.value)
     for part in ("guarantee_mbps 150", "wc_subflows -1", "address '10.0.0'", "policy 'x'", "'h2'",
-                 "stale_loss_cnt 0", "rto_min_ms 0.5"):
+                 "stale_loss_cnt 0", "rto_min_ms 0.5", "ecn 'on'"):
         assert part in msg
     with pytest.raises(P.PlanError, match="unknown configuration keys"):
         _cfg(rate=5)
@@ -104,6 +104,8 @@ def test_mptcp_sysctl_and_bpf_plans():
     sysctls = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=500000)}
     assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"].split()[2] == "500000"
     assert sysctls["net.mptcp.stale_loss_cnt"] == "4"
+    assert sysctls["net.ipv4.tcp_ecn"] == "1"                         # WC queues mark instead of dropping
+    assert {s.key: s.value for s in P.sysctl_plan(_cfg(ecn=False))}["net.ipv4.tcp_ecn"] == "2"
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(stale_loss_cnt=1))}["net.mptcp.stale_loss_cnt"] == "1"
     assert "net.ipv4.tcp_rto_min_us" not in sysctls                  # the kernel's own unless configured
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(rto_min_ms=10))}["net.ipv4.tcp_rto_min_us"] == "10000"
@@ -231,7 +233,7 @@ def test_bgwc_config_refuses_bad_options_by_name():
 SS_STALL = """ESTAB 0 2895360 10.0.0.1:48252 10.0.0.5:7100
 \t reno wscale:9,9 rto:204 rtt:2.1/0.3 mss:8948 cwnd:12 ssthresh:9 bytes_acked:9437 unacked:9 retrans:0/3 lastsnd:4 lastack:4 tcp-ulp-mptcp flags:Mmec token:0000(id:0)/1a1bf318(id:0) seq:1 sfseq:1 ssnoff:1 maplen:0
 ESTAB 0 65536 10.0.0.1:39817 10.0.0.5:10101
-\t bwf_wc wscale:9,9 rto:1632 backoff:3 rtt:48.2/12 mss:8948 cwnd:1 ssthresh:2 unacked:4 lost:4 retrans:1/57 lastsnd:812 lastack:1630 tcp-ulp-mptcp flags:Jjec token:c5a26b77(id:0)/1a1bf318(id:0) seq:1 sfseq:0 ssnoff:2 maplen:0
+\t bwf_wc wscale:9,9 rto:1632 backoff:3 rtt:48.2/12 mss:8948 cwnd:1 ssthresh:2 unacked:4 lost:4 retrans:1/57 lastsnd:812 lastack:1630 busy:900ms rwnd_limited:450ms(50.0%) tcp-ulp-mptcp flags:Jjec token:c5a26b77(id:0)/1a1bf318(id:0) seq:1 sfseq:0 ssnoff:2 maplen:0
 ESTAB 0 0 10.0.0.1:22 10.0.0.9:5000
 \t cubic rto:204 rtt:1/0.5 cwnd:10
 """
@@ -242,4 +244,5 @@ def test_subflow_states_tell_a_wc_subflow_in_rto_backoff():
     bg, wc = subflow_states(SS_STALL)          # the plain TCP socket is not a subflow
     assert (bg["role"], bg["send_q"], bg["cwnd"], bg["backoff"], bg["retrans"]) == ("bg", 2895360, 12, 0, 3)
     assert (wc["role"], wc["rto"], wc["backoff"], wc["lost"], wc["lastack"]) == ("wc", 1632, 3, 4, 1630)
+    assert (wc["rwnd_limited"], bg["rwnd_limited"]) == (50.0, 0.0)
     assert wc["local"] == "10.0.0.1:39817" and wc["peer"] == "10.0.0.5:10101" and wc["retrans"] == 57
