@@ -223,7 +223,7 @@ def test_bgwc_config_refuses_bad_options_by_name():
     from experiments.bgwc import Config
     from experiments.options import OptionError
     Config(queue_kb=1000).check()
-    for bad, name in ((dict(queue_kb=10), "queue_kb"), (dict(mtu=100), "mtu"), (dict(kind="fig99"), "kind"),
+    for bad, name in ((dict(queue_kb=2), "queue_kb"), (dict(queue_kb=10, mtu=9000), "queue_kb"), (dict(mtu=100), "mtu"), (dict(kind="fig99"), "kind"),
                       (dict(beta=0), "beta")):
         with pytest.raises(OptionError, match=name):
             Config(**bad).check()
