@@ -4,8 +4,10 @@
  *
  * The first subflow of an MPTCP connection is the bandwidth-guarantee (BG)
  * subflow: Reno. Every MP_JOIN subflow is work conservation (WC): bwf_wc,
- * and a send buffer that follows its window: 2 x cwnd x MSS (at least
- * WC_SNDBUF_MIN), set again at every RTT sample. MPTCP's scheduler hands a
+ * and a send buffer that follows its window: 2 x cwnd x (MSS + 1 KiB),
+ * about what TCP's own autotuning gives a window (the KiB is a packet's
+ * buffer overhead: send buffers count memory, not payload), at least
+ * 2 x WC_SNDBUF_MIN, set again at every RTT sample. MPTCP's scheduler hands a
  * subflow data while its send buffer has room; with the namespace's large
  * initial buffer (Eq. 1's B) it parked 0.4-3 MB on a WC subflow draining at
  * a few Mb/s, and the connection's in-order delivery -- BG's data included
@@ -42,7 +44,7 @@ static __always_inline int is_join(struct bpf_sock_ops *skops)
 
 static __always_inline void size_wc_sndbuf(struct bpf_sock_ops *skops)
 {
-	int val = skops->snd_cwnd * skops->mss_cache;	/* x2 by the kernel */
+	int val = skops->snd_cwnd * (skops->mss_cache + 1024);	/* x2 by the kernel */
 
 	if (val < WC_SNDBUF_MIN)
 		val = WC_SNDBUF_MIN;

@@ -126,7 +126,7 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     assert server.stdout.readline().strip() == "ready"
     client = subprocess.Popen(["ip", "netns", "exec", names["a"], sys.executable, "-c", CLIENT, IPS["b"], "4"])
     time.sleep(2.5)
-    ss = ns(names["a"], "ss", "-tniH", "dst", IPS["b"]).stdout
+    ss = ns(names["a"], "ss", "-tmniH", "dst", IPS["b"]).stdout
     kcount = cc.read_map("bwf_kcount").get(IPS["a"])
     client.wait(20)
     live = clients["a"].request("status", {})          # Eq. 1 recomputed from the live subflows
@@ -140,6 +140,13 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     assert bg_ok > 1_000_000 and wc_ok > 1_000_000   # two subflows, both carried data
     assert bg_bad == 0 and wc_bad == 0               # each with its own ToS only
     assert "bwf_wc" in ss and "reno" in ss           # the WC subflow runs the BPF CC, the BG one Reno
+    # send buffers (skmem tb): WC's follows its window (bwf_sockops: 2 x cwnd x (MSS + 1 KiB), >= 64 KiB), BG keeps
+    # the namespace's (Eq. 1's B)
+    info = {("wc" if "bwf_wc" in ln else "bg"): ln for ln in ss.splitlines() if "tcp-ulp-mptcp" in ln}
+    tb = {k: int(__import__("re").search(r"\btb(\d+)", ln).group(1)) for k, ln in info.items()}
+    cwnd, mss = (int(__import__("re").search(rf"\b{f}:(\d+)", info["wc"]).group(1)) for f in ("cwnd", "mss"))
+    print(f"send buffers {tb}, WC cwnd {cwnd} x mss {mss}")
+    assert tb["wc"] <= 4 * max(32768, cwnd * (mss + 1024)) and tb["wc"] < tb["bg"] / 2, (tb, cwnd, mss)
     assert kcount == 1                               # K: one sending WC subflow for VM a
     assert cc.read_map("bwf_alevel")[IPS["a"]] == 1024     # A_l = 1 (policy equal)
     assert live["rcvbuf_bytes"] is not None and live["rcvbuf_bytes"] >= 128 * 1024, live

@@ -190,7 +190,18 @@ def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
         ratios = [first[0] / first[1], second[1] / second[0]]
         assert min(ratios) > 1.3                        # the factor still sets the share...
         assert (ratios[0] * ratios[1]) ** 0.5 < 3.5     # ...about sqrt(4) = 2, not drop-tail's 4
+        # ECN-capable senders: the same AQM marks CE instead of dropping
+        snd = bottleneck[0]
+        assert ns(snd, "sysctl", "-qw", "net.ipv4.tcp_ecn=1").returncode == 0
+        before, tail_before = aqm.stats(dev, netns=rtr), _fifo_drops(rtr, dev)
+        _, ecn_mbps = _shares(bottleneck, (1.0, 1.0), tos=0x20)
+        after, tail = aqm.stats(dev, netns=rtr), _fifo_drops(rtr, dev) - tail_before
+        marked, dropped = (after[k] - before[k] for k in ("wc_marked", "wc_dropped"))
+        print(f"ECN: {marked} marked, {dropped} dropped early, {tail} tail drops, {ecn_mbps:.1f} Mb/s")
+        assert marked > 50 and ecn_mbps > 34
+        assert dropped + tail < marked / 5             # backing off on marks, hardly a loss left
     finally:
+        ns(bottleneck[0], "sysctl", "-qw", "net.ipv4.tcp_ecn=2")
         ns(rtr, "tc", "qdisc", "del", "dev", dev, "clsact")
         ns(rtr, "tc", "qdisc", "change", "dev", dev, "parent", "1:1", "handle", "10:", "bfifo", "limit", str(BUF))
         if not was_loaded:
