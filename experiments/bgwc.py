@@ -80,7 +80,8 @@ class Config:
     # WC queues: RED-style marking (ECN-capable WC) / early drop (the rest) on
     # every switch port (apps.prio_queues.aqm). Without it, drop-tail losses of
     # WC segments held whole connections (BG included) in MPTCP's in-order
-    # delivery: fig12 min BG 0.19-0.86 in 4 of 5 traced runs; with it 0.99
+    # delivery: fig12 min BG 0.19-0.97 in 8 traced runs with drop-tail and jumbo
+    # frames; with it (and bwf_sockops' WC send buffers) 0.98-0.99
     wc_aqm: bool = True
     # 1500-byte frames in 450 KB per-class FIFOs: with no propagation delay the
     # windows are the queue, and jumbo frames left WC subflows at their 2-packet
