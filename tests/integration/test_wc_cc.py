@@ -24,7 +24,7 @@ pytestmark = pytest.mark.root
 # the shares depended on where slow start left each flow (CI saw 1.15 for a
 # 2:1 pair).
 BUF = 45000
-AQM_BUF = 450000    # the AQM test's FIFO: RED thresholds at 75 / 225 KB
+AQM_BUF = 450000    # the AQM test's FIFO: RED thresholds at 150 / 300 KB
 SECS = 14.0
 VMS = ("10.9.2.1", "10.9.2.2")
 DST = "10.9.3.9"

@@ -123,7 +123,7 @@ def test_bad_guarantees_are_refused_naming_them():
 def test_wc_aqm_parameters_and_map_value_layout():
     from apps.prio_queues import aqm
     p = aqm.AqmParams.for_queue(225000)
-    assert (p.min_bytes, p.max_bytes, p.max_p) == (37500, 112500, 0.1)
+    assert (p.min_bytes, p.max_bytes, p.max_p) == (75000, 150000, 0.1)
     assert aqm.AqmParams.for_queue(6000).min_bytes == 3000          # floors keep min < max
     for bad in ((0, 10, 0.1), (10, 10, 0.1), (10, 20, 0.0), (10, 20, 1.5)):
         with pytest.raises(aqm.AqmError):
