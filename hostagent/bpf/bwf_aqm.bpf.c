@@ -72,7 +72,7 @@ int bwf_aqm(struct __sk_buff *skb)
 	struct aqm_port *p;
 	__u32 key = skb->ifindex;
 	__u64 now, gap, drained, q, ppm, dice;
-	int wc = 0, ect = 0;
+	int wc = 0, ect = 0, hit;
 
 	p = bpf_map_lookup_elem(&bwf_aqm_ports, &key);
 	if (!p)
@@ -94,15 +94,16 @@ int bwf_aqm(struct __sk_buff *skb)
 	p->vq_bytes = p->vq_bytes > drained ? p->vq_bytes - drained : 0;
 	p->last_ns = now;
 	q = p->vq_bytes + skb->len;
-	/* the virtual queue holds no more than the port can: packets the real
-	 * FIFO drops at its tail were counted here too, and without a cap the
-	 * virtual queue ran away under a slow-start burst, leaving the drop
-	 * probability at 1 -- every non-ECN-capable WC packet (retransmissions
-	 * are never ECT) dropped, and the WC subflows dead, for good */
+	/* capped at 2 x max (where the gentle slope reaches 1), so it drains
+	 * as soon as arrivals fall below the port rate: packets the real FIFO
+	 * drops at its tail are counted here too, and without the cap a
+	 * slow-start burst ran it away for good -- every non-ECN-capable WC
+	 * packet (retransmissions are never ECT) dropped, the WC subflows dead */
 	if (q > 2 * (__u64)p->max_bytes)
 		q = 2 * (__u64)p->max_bytes;
 	ppm = wc ? drop_ppm(p, q) : 0;
-	if (dice < ppm && !ect) {
+	hit = dice < ppm;
+	if (hit && !ect) {
 		p->wc_dropped++;
 		p->wc_seen++;
 		bpf_spin_unlock(&p->lock);
@@ -111,10 +112,10 @@ int bwf_aqm(struct __sk_buff *skb)
 	p->vq_bytes = q;
 	if (wc)
 		p->wc_seen++;
-	if (dice < ppm)
+	if (hit)
 		p->wc_marked++;
 	bpf_spin_unlock(&p->lock);
-	if (dice < ppm)
+	if (hit)
 		bpf_skb_ecn_set_ce(skb);	/* ECT -> CE, checksum fixed by the helper */
 	return TC_ACT_OK;
 }

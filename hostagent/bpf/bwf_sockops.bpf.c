@@ -72,9 +72,11 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		}
 		return 1;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-	case BPF_SOCK_OPS_RTT_CB:
 		if (is_join(skops) == 1)
 			size_wc_sndbuf(skops);
+		return 1;
+	case BPF_SOCK_OPS_RTT_CB:	/* enabled on joins only (above): no lookup per ACK */
+		size_wc_sndbuf(skops);
 		return 1;
 	}
 	return 1;
