@@ -3,10 +3,14 @@
 - ``bwf_wc`` (hostagent/bpf/bwf_wc.bpf.c): the WC subflows' congestion
   control, a struct_ops Reno whose additive increase is A_l^2/K^2; its maps
   bwf_alevel (A_l per VM, written by agents) and bwf_kcount (K per VM, kept
-  by the CC itself) are pinned under /run/bwfabric/bpf;
+  by the CC itself) are pinned under /run/bwfabric/bpf, with bwf_bgpace
+  (BG pacing ceilings per VM, written by agents, read by bwf_sockops;
+  created on its own: no bwf_wc program uses it, so it would not outlive
+  the registering bpftool);
 - ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
-  connection's first (BG) subflow and bwf_wc for its joins (WC), attached to
-  the cgroup v2 root so that every host namespace's sockets pass through it.
+  connection's first (BG) subflow and bwf_wc for its joins (WC), sizes WC's
+  send buffer and paces BG; attached to the cgroup v2 root so that every
+  host namespace's sockets pass through it.
 
 Compiled with clang against the running kernel's BTF (vmlinux.h generated
 by bpftool) into build/bpf/, rebuilt when a source is newer. Unloading
@@ -29,6 +33,9 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
 BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
 MAPS = ("bwf_alevel", "bwf_kcount")
+# created here, reused by bwf_sockops when it is loaded (its own definition must match)
+PACE_MAP = "bwf_bgpace"
+PACE_MAP_SPEC = ["type", "hash", "key", "4", "value", "8", "entries", "4096"]
 CC_NAME = "bwf_wc"
 TOOLS = ("clang", "bpftool")
 
@@ -108,7 +115,7 @@ def status() -> dict:
     except CcError:
         pass
     return {"cc_registered": cc_registered(), "sockops_attached": attached,
-            "maps_pinned": [m for m in MAPS if (BPFFS / m).exists()]}
+            "maps_pinned": [m for m in (*MAPS, PACE_MAP) if (BPFFS / m).exists()]}
 
 
 def load() -> dict:
@@ -126,8 +133,11 @@ def load() -> dict:
                       "(python -m hostagent.cc unload)")
     st = status()
     if not st["sockops_attached"]:
+        if not (BPFFS / PACE_MAP).exists():
+            _run(["bpftool", "map", "create", str(BPFFS / PACE_MAP), *PACE_MAP_SPEC, "name", PACE_MAP])
         if not PIN_SOCKOPS.exists():
-            _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops"])
+            _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
+                  "map", "name", "bwf_bgpace", "pinned", str(BPFFS / "bwf_bgpace")])
         _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
     return status()
 
@@ -148,7 +158,7 @@ def unload(wait_s: float = 10.0) -> dict:
         if time.monotonic() > deadline:
             raise CcError(f"bwf_wc is still in use by sockets after {wait_s:g} s; not unregistered")
         time.sleep(0.5)
-    for m in MAPS:
+    for m in (*MAPS, PACE_MAP):
         if (BPFFS / m).exists():
             (BPFFS / m).unlink()
     if _bpffs_mounted() and not [p for p in BPFFS.iterdir() if not p.name.endswith(".debug")]:

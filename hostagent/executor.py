@@ -75,8 +75,11 @@ class Executor:
         tc = [s for s in plan.steps if isinstance(s, (P.TcQdisc, P.TcClass, P.TcLeaf, P.TcFilter))]
         if tc:
             self._tc(tc)
-        for step in plan.of(P.BpfMapSet):
+        bpf = plan.of(P.BpfMapSet)
+        for step in bpf:
             self._bpf(step)
+        # an entry the new plan no longer has (BG pacing once the guarantee is 0)
+        self._bpf_remove(keep={("bpf", s.map, s.key_ipv4) for s in bpf})
         self._save()
         return self.changes - before
 
@@ -256,16 +259,18 @@ class Executor:
                             "(hostagent.cc.load(), once per machine: `bwfabric agent --load-cc`)")
         key = " ".join(str(b) for b in ipaddress.IPv4Address(step.key_ipv4).packed)
         value = " ".join(str(b) for b in step.value.to_bytes(8, "little"))
-        if self.applied.get(("bpf", step.key_ipv4)) != step.value:
+        if self.applied.get(("bpf", step.map, step.key_ipv4)) != step.value:
             _run(["bpftool", "map", "update", "pinned", str(pin), "key", *key.split(), "value",
                   *value.split()])
-            self.applied[("bpf", step.key_ipv4)] = step.value
+            self.applied[("bpf", step.map, step.key_ipv4)] = step.value
             self.changes += 1
 
-    def _bpf_remove(self) -> None:
-        for k in [k for k in self.applied if isinstance(k, tuple) and k[0] == "bpf"]:
-            pin = BPF_PIN_DIR / P.BPF_MAP
+    def _bpf_remove(self, keep: set | frozenset = frozenset()) -> None:
+        for k in [k for k in self.applied if isinstance(k, tuple) and k[0] == "bpf" and k not in keep]:
+            _, name, ip = k
+            pin = BPF_PIN_DIR / name
             if pin.exists():
-                key = [str(b) for b in ipaddress.IPv4Address(k[1]).packed]
+                key = [str(b) for b in ipaddress.IPv4Address(ip).packed]
                 subprocess.run(["bpftool", "map", "delete", "pinned", str(pin), "key", *key],
                                capture_output=True)
+            del self.applied[k]

@@ -99,7 +99,7 @@ class BufferSizer:
 
 
 _FIELDS = {name: re.compile(rf"\b{name}:(\d+(?:\.\d+)?)") for name in
-           ("cwnd", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent")}
+           ("cwnd", "rtt", "ssthresh", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent")}
 _RETRANS = re.compile(r"\bretrans:\d+/(\d+)")
 _LIMITED = {name: re.compile(rf"\b{name}:\d+ms\(([\d.]+)%\)") for name in ("rwnd_limited", "sndbuf_limited")}
 _FLAGS = re.compile(r"\btcp-ulp-mptcp flags:(\w+)")

@@ -38,6 +38,10 @@ CLASS_ROOT, CLASS_BG, CLASS_WC = "1:1", "1:10", "1:20"
 PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + i> per destination
 ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
 BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
+BPF_PACE_MAP = "bwf_bgpace"      # pinned: key = IPv4, value = BG's pacing ceiling in bytes/s
+# BG is paced a little above its guarantee: the host's HTB is what enforces it
+# (UDP shares the class), the pacing rate tells MPTCP's scheduler what BG drains at
+BG_PACE_HEADROOM = 1.05
 WC_CC = "bwf_wc"                 # the struct_ops congestion control of WC subflows
 BG_CC = "reno"
 
@@ -239,7 +243,7 @@ class Plan:
 def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl]:
     """MPTCP on; BG subflows' default congestion control; Eq. 1's buffer as
     tcp_rmem's ceiling (autotuning grows up to it) and as tcp_wmem's
-    initial size and ceiling. Until the agent has live RTTs (see
+    floor, initial size and ceiling. Until the agent has live RTTs (see
     hostagent.observe), the buffer is planned for ``rtt_hint_ms`` at the NIC
     rate: WC subflows queue behind BG, so their RTT is the low queue's delay,
     far above the fabric's base RTT."""
@@ -253,10 +257,15 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # 2, the kernel's default: accept it only
             Sysctl("net.ipv4.tcp_ecn", "1" if cfg.ecn else "2"),
             Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
-            # the sender holds as much, from the start: an MPTCP connection's send
-            # buffer is its subflows' sum, freed only by in-order DATA_ACKs, so data
-            # waiting on the slow WC subflow would otherwise leave BG nothing to send
-            Sysctl("net.ipv4.tcp_wmem", f"4096 {buf} {buf}"),
+            # the sender holds as much, always: an MPTCP connection's data is freed
+            # only by in-order DATA_ACKs, so it must hold everything sent in the
+            # slowest subflow's round trip on all of them (Eq. 1 at the sender).
+            # Its send buffer is tcp_wmem[0] plus its subflows' -- which
+            # bwf_sockops keeps to what each carries in a round trip, so that the
+            # scheduler cannot park data on one of them: tcp_wmem[0] is the
+            # connection's own share (with it at 4 KiB, WC subflows had nothing
+            # to send 30-77 % of their busy time)
+            Sysctl("net.ipv4.tcp_wmem", f"{buf} {buf} {buf}"),
             *([Sysctl("net.ipv4.tcp_rto_min_us", str(round(cfg.rto_min_ms * 1000)))]
               if cfg.rto_min_ms is not None else [])]
 
@@ -345,7 +354,12 @@ def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
 
 
 def bpf_plan(cfg: HostConfig) -> list[BpfMapSet]:
-    return [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l))]
+    """A_l for bwf_wc; BG's pacing ceiling for bwf_sockops (none without a
+    guarantee)."""
+    steps = [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l))]
+    if cfg.guarantee_mbps > 0:
+        steps.append(BpfMapSet(BPF_PACE_MAP, cfg.address, round(cfg.guarantee_mbps * 1e6 / 8 * BG_PACE_HEADROOM)))
+    return steps
 
 
 def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> Plan:

@@ -103,13 +103,18 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert P.mptcp_plan(_cfg(wc_subflows=0)) == [P.MptcpLimits(0, 0)]
     sysctls = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=500000)}
     assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"].split()[2] == "500000"
+    # the connection-level send buffer: tcp_wmem[0] is what an MPTCP socket holds beyond its subflows
+    assert sysctls["net.ipv4.tcp_wmem"] == "500000 500000 500000"
     assert sysctls["net.mptcp.stale_loss_cnt"] == "4"
     assert sysctls["net.ipv4.tcp_ecn"] == "1"                         # WC queues mark instead of dropping
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(ecn=False))}["net.ipv4.tcp_ecn"] == "2"
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(stale_loss_cnt=1))}["net.mptcp.stale_loss_cnt"] == "1"
     assert "net.ipv4.tcp_rto_min_us" not in sysctls                  # the kernel's own unless configured
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(rto_min_ms=10))}["net.ipv4.tcp_rto_min_us"] == "10000"
-    assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE))]
+    # A_l for bwf_wc; BG paced at 1.05 x its 35 Mb/s guarantee, in bytes/s, for bwf_sockops
+    assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE)),
+                               P.BpfMapSet(P.BPF_PACE_MAP, "10.0.0.1", round(35e6 / 8 * 1.05))]
+    assert [s.map for s in P.bpf_plan(_cfg(guarantee_mbps=0))] == [P.BPF_MAP]     # no guarantee: not paced
     whole = P.host_plan(cfg)
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
 
@@ -224,7 +229,7 @@ def test_bgwc_config_refuses_bad_options_by_name():
     from experiments.options import OptionError
     Config(queue_kb=1000).check()
     for bad, name in ((dict(queue_kb=2), "queue_kb"), (dict(queue_kb=10, mtu=9000), "queue_kb"), (dict(mtu=100), "mtu"), (dict(kind="fig99"), "kind"),
-                      (dict(beta=0), "beta")):
+                      (dict(beta=0), "beta"), (dict(reps=0), "reps")):
         with pytest.raises(OptionError, match=name):
             Config(**bad).check()
     Config(queue_kb=10, mtu=1500).check()       # two 1500-byte packets fit in 10 KB
@@ -246,3 +251,4 @@ def test_subflow_states_tell_a_wc_subflow_in_rto_backoff():
     assert (wc["role"], wc["rto"], wc["backoff"], wc["lost"], wc["lastack"]) == ("wc", 1632, 3, 4, 1630)
     assert (wc["rwnd_limited"], bg["rwnd_limited"]) == (50.0, 0.0)
     assert wc["local"] == "10.0.0.1:39817" and wc["peer"] == "10.0.0.5:10101" and wc["retrans"] == 57
+    assert (wc["rtt"], wc["ssthresh"], bg["rtt"]) == (48.2, 2, 2.1)      # smoothed RTT (ms), not minrtt
