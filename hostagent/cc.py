@@ -118,11 +118,27 @@ def status() -> dict:
             "maps_pinned": [m for m in (*MAPS, PACE_MAP) if (BPFFS / m).exists()]}
 
 
+STAMP = BPFFS.parent / "bpf.build"   # beside the bpffs: it holds only BPF objects
+
+
+def _build_stamp(objs: dict[str, Path]) -> str:
+    import hashlib
+    return " ".join(f"{n}:{hashlib.sha256(objs[n].read_bytes()).hexdigest()[:16]}" for n in ("bwf_wc", "bwf_sockops"))
+
+
 def load() -> dict:
     """Idempotent: registers the CC and attaches the sock_ops program unless
-    already there. Returns :func:`status`."""
+    already there -- as built now: programs loaded from an older build (the
+    stamp in the bpffs differs) are unloaded first. Returns :func:`status`."""
     objs = build()
     _mount_bpffs()
+    stamp = _build_stamp(objs)
+    if (cc_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp):
+        try:
+            unload(wait_s=10)
+        except CcError as exc:
+            raise CcError(f"programs of an older build are loaded and could not be replaced: {exc}") from None
+        _mount_bpffs()
     if not cc_registered():
         _run(["bpftool", "struct_ops", "register", str(objs["bwf_wc"])])
         if not cc_registered():
@@ -139,6 +155,7 @@ def load() -> dict:
             _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
                   "map", "name", "bwf_bgpace", "pinned", str(BPFFS / "bwf_bgpace")])
         _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
+    STAMP.write_text(stamp)
     return status()
 
 
@@ -161,6 +178,8 @@ def unload(wait_s: float = 10.0) -> dict:
     for m in (*MAPS, PACE_MAP):
         if (BPFFS / m).exists():
             (BPFFS / m).unlink()
+    if STAMP.exists():
+        STAMP.unlink()
     if _bpffs_mounted() and not [p for p in BPFFS.iterdir() if not p.name.endswith(".debug")]:
         subprocess.run(["umount", str(BPFFS)], capture_output=True)   # ours, now empty
     return status()

@@ -95,8 +95,8 @@ class TcBackend:
         if self.wc_aqm:
             from apps.prio_queues import aqm
             if not aqm.loaded():
-                aqm.load()
                 self.loaded_aqm = True
+            aqm.load()      # idempotent; replaces a classifier of an older build
             aqm.attach(q.port, q.rate_bps, aqm.AqmParams.for_queue(q.queue_bytes))
 
     def close(self) -> None:

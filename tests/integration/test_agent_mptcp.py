@@ -149,6 +149,13 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     # set from the cwnd of the last RTT sample (ss reads a later one): a multiple of 2 x (MSS + 1 KiB)
     assert tb["wc"] == 65536 or tb["wc"] % (2 * (mss + 1024)) == 0, (tb, cwnd, mss)
     assert tb["wc"] <= 4 * max(32768, cwnd * (mss + 1024)) and tb["wc"] != tb["bg"], (tb, cwnd, mss)
+    # BG paced at its guarantee (x 1.05, bwf_bgpace): what MPTCP's scheduler takes for BG's drain rate
+    assert cc.read_map("bwf_bgpace")[IPS["a"]] == round(20e6 / 8 * 1.05)
+    pace = __import__("re").search(r"pacing_rate ([\d.]+)([MK])bps", info["bg"])
+    assert pace and float(pace.group(1)) * (1 if pace.group(2) == "M" else 1e-3) <= 21.0, info["bg"]
+    # the connection's own send buffer: tcp_wmem[0] = Eq. 1's B, on top of its subflows'
+    wmem = ns(names["a"], "sysctl", "-n", "net.ipv4.tcp_wmem").stdout.split()
+    assert len(wmem) == 3 and wmem[0] == wmem[2] and int(wmem[0]) >= 128 * 1024, wmem
     assert kcount == 1                               # K: one sending WC subflow for VM a
     assert cc.read_map("bwf_alevel")[IPS["a"]] == 1024     # A_l = 1 (policy equal)
     assert live["rcvbuf_bytes"] is not None and live["rcvbuf_bytes"] >= 128 * 1024, live
