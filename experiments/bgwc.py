@@ -92,6 +92,7 @@ class Config:
     stale_loss_cnt: int = 4        # hosts' net.mptcp.stale_loss_cnt (the kernel's default: 4)
     rto_min_ms: float = 0.0        # hosts' TCP minimum RTO; 0: the kernel's (200 ms)
     ecn: bool = True               # hosts ask for ECN: with wc_aqm, WC queues mark CE instead of dropping
+    pace_bg: bool = True           # agents pace BG at its guarantee (what MPTCP's scheduler needs to feed WC)
     trace: bool = False            # record every sender's subflows (ss) at each sample: stall diagnosis
     of_port: int = 6653
 
@@ -366,12 +367,13 @@ def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy
     for h in PAIR.values():   # receivers: endpoints for the joins; their BG is the BG subflows' ACKs
         agents.configure(h, guarantee_mbps=cfg.link_mbps, wc_subflows=cfg.wc_subflows, policy="equal",
                          beta=cfg.beta, stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None,
-                         ecn=cfg.ecn)
+                         ecn=cfg.ecn, pace_bg=cfg.pace_bg)
     for snd, g in guarantees.items():
         extra = {"competition": explicit[snd]} if explicit and snd in explicit else {}
         agents.configure(snd, guarantee_mbps=g, wc_subflows=wc_subflows or cfg.wc_subflows,
                          policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, beta=cfg.beta,
                          stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None, ecn=cfg.ecn,
+                         pace_bg=cfg.pace_bg,
                          **extra)
 
 

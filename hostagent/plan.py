@@ -76,11 +76,15 @@ class HostConfig:
     # queue then marks instead of dropping (apps.prio_queues.aqm), and a WC
     # subflow backs off without leaving a hole in its connection's data
     ecn: bool = True
+    # BG paced at most at 1.05 x the guarantee (bwf_sockops): MPTCP's scheduler
+    # takes a subflow's pacing rate for its drain rate; unpaced, it keeps
+    # picking a full BG and starves WC (see hostagent/bpf/bwf_sockops.bpf.c)
+    pace_bg: bool = True
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
     FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
               "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "stale_loss_cnt", "rto_min_ms",
-              "ecn", "pair_limits_mbps")
+              "ecn", "pace_bg", "pair_limits_mbps")
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
@@ -133,8 +137,9 @@ class HostConfig:
             problems.append(f"stale_loss_cnt {self.stale_loss_cnt!r} must be an integer 1..100")
         if self.rto_min_ms is not None and (not _num(self.rto_min_ms) or not 1 <= self.rto_min_ms <= 1000):
             problems.append(f"rto_min_ms {self.rto_min_ms!r} must be in [1, 1000] (or absent: the kernel's)")
-        if not isinstance(self.ecn, bool):
-            problems.append(f"ecn {self.ecn!r} must be true or false")
+        for name in ("ecn", "pace_bg"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} {getattr(self, name)!r} must be true or false")
         for dst, mbps in self.pair_limits_mbps.items():
             try:
                 ipaddress.IPv4Address(dst)
@@ -355,9 +360,9 @@ def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
 
 def bpf_plan(cfg: HostConfig) -> list[BpfMapSet]:
     """A_l for bwf_wc; BG's pacing ceiling for bwf_sockops (none without a
-    guarantee)."""
+    guarantee, or with ``pace_bg`` off)."""
     steps = [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l))]
-    if cfg.guarantee_mbps > 0:
+    if cfg.pace_bg and cfg.guarantee_mbps > 0:
         steps.append(BpfMapSet(BPF_PACE_MAP, cfg.address, round(cfg.guarantee_mbps * 1e6 / 8 * BG_PACE_HEADROOM)))
     return steps
 

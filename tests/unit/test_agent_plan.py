@@ -46,10 +46,10 @@ def test_eq1_receive_buffer():
 def test_config_errors_name_every_problem():
     with pytest.raises(P.PlanError) as exc:
         _cfg(guarantee_mbps=150, wc_subflows=-1, address="10.0.0", policy="x", pair_limits_mbps={"h2": 5},
-             stale_loss_cnt=0, rto_min_ms=0.5, ecn="on")
+             stale_loss_cnt=0, rto_min_ms=0.5, ecn="on", pace_bg=1)
     msg = str(exc.value)
     for part in ("guarantee_mbps 150", "wc_subflows -1", "address '10.0.0'", "policy 'x'", "'h2'",
-                 "stale_loss_cnt 0", "rto_min_ms 0.5", "ecn 'on'"):
+                 "stale_loss_cnt 0", "rto_min_ms 0.5", "ecn 'on'", "pace_bg 1"):
         assert part in msg
     with pytest.raises(P.PlanError, match="unknown configuration keys"):
         _cfg(rate=5)
@@ -115,6 +115,7 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE)),
                                P.BpfMapSet(P.BPF_PACE_MAP, "10.0.0.1", round(35e6 / 8 * 1.05))]
     assert [s.map for s in P.bpf_plan(_cfg(guarantee_mbps=0))] == [P.BPF_MAP]     # no guarantee: not paced
+    assert [s.map for s in P.bpf_plan(_cfg(pace_bg=False))] == [P.BPF_MAP]
     whole = P.host_plan(cfg)
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
 
