@@ -175,7 +175,8 @@ class Agent:
                 return False
             rtt_now, total = buffer_inputs(parse_ss(ss_text))
             want = self.sizer.update(time.monotonic() if now is None else now, rtt_now,
-                                     self.config.nic_mbps * 1e6, self.config.beta, self.rcvbuf)
+                                     self.config.nic_mbps * 1e6, self.config.beta, self.rcvbuf,
+                                     floor_rtt_s=self.config.rtt_hint_ms / 1e3)
             if want is None:
                 return False
             self.rcvbuf = want

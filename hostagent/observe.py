@@ -85,14 +85,20 @@ class BufferSizer:
     def max_rtt(self) -> float:
         return max((r for _, r in self.samples), default=0.0)
 
-    def update(self, now: float, rtt_s: float, nic_bps: float, beta: float, in_force: int | None) -> int | None:
+    def update(self, now: float, rtt_s: float, nic_bps: float, beta: float, in_force: int | None,
+               floor_rtt_s: float = 0.0) -> int | None:
+        """``floor_rtt_s``: maxRTT is never taken below it (the configured
+        rtt_hint_ms: a WC subflow's RTT is its queue's delay, which the first
+        seconds' samples -- before the WC queues have built -- understate;
+        sized from them, buffers held connections back in exactly those
+        seconds: fig12 BG 0.83-0.93 of its guarantee in its first phase)."""
         if rtt_s > 0:
             self.samples.append((now, rtt_s))
         while self.samples and self.samples[0][0] < now - self.window_s:
             self.samples.popleft()
         if not self.samples:
             return None
-        want = receive_buffer_bytes(self.max_rtt(), nic_bps, beta)
+        want = receive_buffer_bytes(max(self.max_rtt(), floor_rtt_s), nic_bps, beta)
         if in_force is not None and abs(want - in_force) <= self.change * in_force:
             return None
         return want

@@ -168,6 +168,8 @@ def test_eq1_sizer_keeps_the_largest_rtt_of_its_window_and_the_nic_rate():
     assert bigger == int(3 * 0.100 * nic / 8)
     # 30 s after the 100 ms peak only the lull's samples remain -> shrinks
     assert sizer.update(37.5, 0.010, nic, 3, bigger) == int(3 * 0.010 * nic / 8)
+    # the configured hint is a floor: measured RTTs raise the buffer, never lower it below the hint's
+    assert sizer.update(38.0, 0.010, nic, 3, None, floor_rtt_s=0.050) == int(3 * 0.050 * nic / 8)
 
 
 def test_fig13_verdict_on_a_synthetic_trace():
