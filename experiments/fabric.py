@@ -16,11 +16,21 @@ import logging
 import subprocess
 import time
 from functools import partial
+from pathlib import Path
 
 from controller.topology import TopologyDescription
 from experiments import ovs
 
 log = logging.getLogger("bwfabric.fabric")
+
+
+def in_use(switches: list[str], sys_net: Path = Path("/sys/class/net")) -> list[str]:
+    """Switch-side link interfaces (``<switch>-eth<N>``) present in this
+    namespace: a live emulation's (a link's veth pair lives as long as the
+    host namespace at its other end), unlike a bare bridge an interrupted run
+    left behind."""
+    names = sorted(p.name for p in sys_net.iterdir()) if sys_net.exists() else []
+    return [n for n in names if any(n.startswith(f"{sw}-eth") for sw in switches)]
 
 
 class FabricError(RuntimeError):
@@ -68,7 +78,12 @@ class Fabric:
         _quiet_htb_quantum_warnings()
         self.warnings += ovs.ensure_ovs()
         ours = [sw.name for sw in self.topo.switches]
-        ovs.delete_bridges(ours)  # stale bridges of ours from an interrupted run
+        busy = in_use(ours)
+        if busy:
+            raise FabricError(f"interfaces {', '.join(busy[:4])} exist: another emulation with these switch names "
+                              "is running (or its hosts outlived it); stop it first -- starting over it would "
+                              "delete its bridges")
+        ovs.delete_bridges(ours)  # stale bridges of ours from an interrupted run (no port left on them)
         self.net = Mininet(
             topo=DescribedTopo(self.topo),
             switch=partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure"),

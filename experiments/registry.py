@@ -48,7 +48,12 @@ def run(name: str, option_items: list[str], out: Path) -> int:
     if os.geteuid() != 0:
         print("bwfabric experiment: emulation needs root (Mininet, Open vSwitch)", file=sys.stderr)
         return 2
-    module.run(cfg, out / name)
+    from experiments.fabric import FabricError
+    try:
+        module.run(cfg, out / name)
+    except FabricError as exc:
+        print(f"bwfabric experiment {name}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -121,3 +121,12 @@ def test_builder_parameter_errors():
         builders.vl2(3, 4, 4)
     with pytest.raises(ValueError, match="unknown topology"):
         builders.build("torus")
+
+
+def test_a_live_emulations_switch_interfaces_block_a_second_start(tmp_path):
+    from experiments.fabric import in_use
+    for name in ("lo", "eth0", "sl-eth1", "sl-eth5", "sm-eth2", "s1-eth0", "sla-eth1"):
+        (tmp_path / name).mkdir()
+    assert in_use(["sl", "sm"], tmp_path) == ["sl-eth1", "sl-eth5", "sm-eth2"]
+    assert in_use(["sr"], tmp_path) == []
+    assert in_use(["sl"], tmp_path / "absent") == []
