@@ -143,9 +143,10 @@ def _shares(bottleneck, a_levels, secs=SECS, warm=4.0, cc_name="bwf_wc", tos=0x0
 
 
 def test_wc_increase_factor_sets_the_share(bottleneck):
-    even, mbps = _shares(bottleneck, (1.0, 1.0))
-    strong_first, _ = _shares(bottleneck, (1.0, 0.5))      # alpha_w 1 vs 1/4
-    strong_second, _ = _shares(bottleneck, (0.5, 1.0))
+    # 20 s each: drop-tail shares over 14 s strayed to 0.63 / 0.37 for an even pair (1 run in ~5)
+    even, mbps = _shares(bottleneck, (1.0, 1.0), secs=20.0)
+    strong_first, _ = _shares(bottleneck, (1.0, 0.5), secs=20.0)      # alpha_w 1 vs 1/4
+    strong_second, _ = _shares(bottleneck, (0.5, 1.0), secs=20.0)
     print(f"bottleneck used {mbps:.1f} Mb/s; shares even {even}, 1 vs 1/4 {strong_first}, "
           f"1/4 vs 1 {strong_second}")
     assert mbps > 36                                          # the pair keeps the 40 Mb/s link busy
