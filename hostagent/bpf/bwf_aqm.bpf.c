@@ -16,10 +16,10 @@
  * On the instantaneous queue, on purpose (measured, bgwc-table3/fig12): a
  * moving average over 32 ms, and a PIE-style proportional-integral
  * controller (a near-constant p), shared WC no closer to A_l (row 4:2:1
- * still 6:2.6:1 or so), and the controller let slow-start bursts fill the
- * WC queue before p caught up: WC's round trip rose to ~250 ms, its data
- * held the connections' in-order delivery and BG fell to 0.85-0.90 of its
- * guarantee in fig12 (0.99 with this).
+ * still 6:2.6:1 or so), and the controller lets slow-start bursts fill the
+ * WC queue before p catches up (WC round trips to ~250 ms; one fig12 run
+ * with it: BG 0.85 of its guarantee, 0.83-0.98 in five with this). Not
+ * better, so the simpler one stays.
  *
  * Ports are configured in bwf_aqm_ports (key: ifindex) by user space.
  */
