@@ -121,9 +121,11 @@ def status() -> dict:
 STAMP = BPFFS.parent / "bpf.build"   # beside the bpffs: it holds only BPF objects
 
 
-def _build_stamp(objs: dict[str, Path]) -> str:
+def build_stamp(*objs: Path) -> str:
+    """What identifies a build of these objects (loaders keep it beside the
+    bpffs and replace programs whose stamp differs)."""
     import hashlib
-    return " ".join(f"{n}:{hashlib.sha256(objs[n].read_bytes()).hexdigest()[:16]}" for n in ("bwf_wc", "bwf_sockops"))
+    return " ".join(f"{o.stem}:{hashlib.sha256(o.read_bytes()).hexdigest()[:16]}" for o in objs)
 
 
 def load() -> dict:
@@ -132,7 +134,7 @@ def load() -> dict:
     stamp in the bpffs differs) are unloaded first. Returns :func:`status`."""
     objs = build()
     _mount_bpffs()
-    stamp = _build_stamp(objs)
+    stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"])
     if (cc_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp):
         try:
             unload(wait_s=10)
@@ -153,7 +155,7 @@ def load() -> dict:
             _run(["bpftool", "map", "create", str(BPFFS / PACE_MAP), *PACE_MAP_SPEC, "name", PACE_MAP])
         if not PIN_SOCKOPS.exists():
             _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
-                  "map", "name", "bwf_bgpace", "pinned", str(BPFFS / "bwf_bgpace")])
+                  "map", "name", PACE_MAP, "pinned", str(BPFFS / PACE_MAP)])
         _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
     STAMP.write_text(stamp)
     return status()

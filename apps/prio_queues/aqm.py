@@ -83,9 +83,8 @@ STAMP = cc.BPFFS.parent / "aqm.build"    # beside the bpffs (it holds only BPF o
 def load() -> None:
     """Idempotent: loads and pins the classifier unless the one pinned is of
     this very build (its object's hash) with this map layout."""
-    import hashlib
     obj = cc.build()["bwf_aqm"]
-    stamp = hashlib.sha256(obj.read_bytes()).hexdigest()[:16]
+    stamp = cc.build_stamp(obj)
     if loaded() and not _stale() and STAMP.exists() and STAMP.read_text() == stamp:
         return
     unload()
