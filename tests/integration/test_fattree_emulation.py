@@ -41,6 +41,26 @@ def test_pingall(running):
     assert fab.ping_all() == []
 
 
+def test_hosts_spread_receive_work_and_ovs_ports_have_big_receive_buffers(running):
+    import os
+
+    from experiments import ovs
+    from experiments.fabric import rps_mask
+    _, fab, _ = running
+    # /sys shows the namespace it was mounted in: a private mount namespace with a fresh sysfs
+    res = fab.run_in("h1", "unshare", "-m", "sh", "-c", "umount -l /sys && mount -t sysfs sysfs /sys && "
+                     "cat /sys/class/net/h1-eth0/queues/rx-0/rps_cpus")
+    assert res.returncode == 0, res.stderr
+    assert int(res.stdout.strip().replace(",", ""), 16) == int(rps_mask(os.cpu_count()), 16)
+    # every port socket OVS opened for this fabric took the raised rmem_default
+    pid = ovs.vswitchd_pid()
+    out = subprocess.run(["ss", "-0", "-m", "-p", "-a"], capture_output=True, text=True).stdout
+    lines = out.splitlines()
+    bufs = [int(m.group(1)) for i, ln in enumerate(lines) if f"pid={pid}," in ln and re.search(r"\s\*:\S+\s", ln)
+            for m in [re.search(r"\brb(\d+)", ln + (lines[i + 1] if i + 1 < len(lines) else ""))] if m]
+    assert bufs and min(bufs) >= ovs.WANT_RMEM, bufs
+
+
 def test_inter_pod_tcp_reaches_85_percent_of_link_rate(running):
     _, fab, _ = running
     server = fab.host("h16").popen(["iperf3", "-s", "-1", "-p", "5301"])
