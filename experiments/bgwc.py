@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experiments import ovs
+from hostagent import cc
 from experiments import results as R
 from experiments.agents import Agents, BpfLoaded
 from experiments.controller_proc import ControllerProcess
@@ -352,7 +353,10 @@ def run(cfg: Config, out_dir: Path) -> dict:
         report["warnings"] = list(fab.warnings)
         TRACES.clear()
         drops_before = ovs.packet_socket_drops() or 0
+        fixes_before = cc.repairs()
         report.update(KIND_RUNNERS[cfg.kind](fab, agents, cfg))
+        # corrupt WC thresholds/windows bwf_wc put right (see its source)
+        report["wc_cc_repairs"] = {k: v - fixes_before[k] for k, v in cc.repairs().items()}
         # packets the emulator itself lost (OVS did not read a port in time):
         # every class alike, so a run with any is not a faithful one
         report["emulator_drops"] = (ovs.packet_socket_drops() or 0) - drops_before

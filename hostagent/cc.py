@@ -2,14 +2,15 @@
 
 - ``bwf_wc`` (hostagent/bpf/bwf_wc.bpf.c): the WC subflows' congestion
   control, a struct_ops Reno whose additive increase is A_l^2/K^2; its maps
-  bwf_alevel (A_l per VM, written by agents) and bwf_kcount (K per VM, kept
-  by the CC itself) are pinned under /run/bwfabric/bpf, with bwf_bgpace
-  (BG pacing ceilings per VM, written by agents, read by bwf_sockops;
-  created on its own: no bwf_wc program uses it, so it would not outlive
-  the registering bpftool);
+  bwf_alevel (A_l per VM, written by agents), bwf_kcount (K per VM, kept
+  by the CC itself) and bwf_wcfix (corrupt thresholds/windows it repaired,
+  see the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace and
+  bwf_wcpace (BG's and WC's pacing ceilings per VM, written by agents, read
+  by bwf_sockops; created on their own: no bwf_wc program uses them, so
+  they would not outlive the registering bpftool);
 - ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
   connection's first (BG) subflow and bwf_wc for its joins (WC), sizes WC's
-  send buffer and paces BG; attached to the cgroup v2 root so that every
+  send buffer and caps both subflows' pacing rates; attached to the cgroup v2 root so that every
   host namespace's sockets pass through it.
 
 Compiled with clang against the running kernel's BTF (vmlinux.h generated
@@ -32,9 +33,9 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
 # hide /sys/fs/bpf from agents started that way
 BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
-MAPS = ("bwf_alevel", "bwf_kcount")
+MAPS = ("bwf_alevel", "bwf_kcount", "bwf_wcfix")
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
-PACE_MAP = "bwf_bgpace"
+PACE_MAPS = ("bwf_bgpace", "bwf_wcpace")     # BG's and WC's pacing ceilings per VM
 PACE_MAP_SPEC = ["type", "hash", "key", "4", "value", "8", "entries", "4096"]
 CC_NAME = "bwf_wc"
 TOOLS = ("clang", "bpftool")
@@ -115,7 +116,7 @@ def status() -> dict:
     except CcError:
         pass
     return {"cc_registered": cc_registered(), "sockops_attached": attached,
-            "maps_pinned": [m for m in (*MAPS, PACE_MAP) if (BPFFS / m).exists()]}
+            "maps_pinned": [m for m in (*MAPS, *PACE_MAPS) if (BPFFS / m).exists()]}
 
 
 STAMP = BPFFS.parent / "bpf.build"   # beside the bpffs: it holds only BPF objects
@@ -151,11 +152,13 @@ def load() -> dict:
                       "(python -m hostagent.cc unload)")
     st = status()
     if not st["sockops_attached"]:
-        if not (BPFFS / PACE_MAP).exists():
-            _run(["bpftool", "map", "create", str(BPFFS / PACE_MAP), *PACE_MAP_SPEC, "name", PACE_MAP])
+        for m in PACE_MAPS:
+            if not (BPFFS / m).exists():
+                _run(["bpftool", "map", "create", str(BPFFS / m), *PACE_MAP_SPEC, "name", m])
         if not PIN_SOCKOPS.exists():
+            reuse = [a for m in PACE_MAPS for a in ("map", "name", m, "pinned", str(BPFFS / m))]
             _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
-                  "map", "name", PACE_MAP, "pinned", str(BPFFS / PACE_MAP)])
+                  *reuse])
         _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
     STAMP.write_text(stamp)
     return status()
@@ -177,7 +180,7 @@ def unload(wait_s: float = 10.0) -> dict:
         if time.monotonic() > deadline:
             raise CcError(f"bwf_wc is still in use by sockets after {wait_s:g} s; not unregistered")
         time.sleep(0.5)
-    for m in (*MAPS, PACE_MAP):
+    for m in (*MAPS, *PACE_MAPS):
         if (BPFFS / m).exists():
             (BPFFS / m).unlink()
     if STAMP.exists():
@@ -203,9 +206,28 @@ def read_map(name: str) -> dict[str, int]:
     return out
 
 
+def parse_array_dump(entries: list) -> list[int]:
+    """Values of a bpftool -j dump of an array map of u64, in key order
+    (with BTF bpftool gives numbers; without, lists of hex bytes)."""
+    def num(v) -> int:
+        if isinstance(v, list):
+            return int.from_bytes(bytes(int(b, 16) for b in v), "little")
+        return int(v)
+    return [num(e["value"]) for e in sorted(entries, key=lambda e: num(e["key"]))]
+
+
+def repairs() -> dict[str, int]:
+    """How many corrupt slow-start thresholds and windows bwf_wc has put
+    right since it was loaded (bwf_wcfix; zeros when not loaded)."""
+    if not (BPFFS / "bwf_wcfix").exists():
+        return {"ssthresh": 0, "cwnd": 0}
+    vals = parse_array_dump(json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / "bwf_wcfix")])))
+    return {"ssthresh": vals[0], "cwnd": vals[1]}
+
+
 if __name__ == "__main__":
     import sys
-    actions = {"load": load, "unload": unload, "status": status, "build": build}
+    actions = {"load": load, "unload": unload, "status": status, "build": build, "repairs": repairs}
     if len(sys.argv) != 2 or sys.argv[1] not in actions:
         print(f"usage: python -m hostagent.cc {{{','.join(actions)}}}", file=sys.stderr)
         sys.exit(2)

@@ -16,6 +16,19 @@
  *
  * All Mininet hosts share one kernel; keying by local address keeps each
  * VM's parameters its own.
+ *
+ * Guard against a corrupt slow-start threshold. On this kernel (6.18, x86
+ * with SRSO return thunks), entering CWR on an ECN echo now and then left
+ * snd_ssthresh = 0x81104110 -- the low half of a kernel return address --
+ * although this program's ssthresh() never returned more than a few hundred
+ * (counted with a debug map over 9 runs). PRR then computes cwnd as
+ * ssthresh x delivered / prior_cwnd: +16 million segments per ACK. The WC
+ * subflow, unpaced and with a send buffer sized from that cwnd, took
+ * megabytes of its connection's data into a loss storm that stalled the
+ * connection's BG subflow for seconds (tcp_probe traces; fig12 min BG
+ * 0.87-0.95 in 3 of 9 runs). set_state (right after the kernel sets
+ * ssthresh) and every ACK (pkts_acked, cong_avoid) put an impossible
+ * threshold or window back to Reno's value, and count it in bwf_wcfix.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -39,6 +52,19 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } bwf_kcount SEC(".maps");
+
+/* [0] thresholds repaired, [1] windows repaired */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} bwf_wcfix SEC(".maps");
+
+#define TCP_INFINITE_SSTHRESH	0x7fffffff
+#define TCP_CA_CWR		2
+/* no real window or threshold comes near this (16 M segments = 23 GB) */
+#define SANE_MAX		(1U << 24)
 
 struct bwf_ca {
 	__u32 counted;
@@ -88,6 +114,35 @@ static __always_inline void count_in(struct sock *sk)
 	}
 }
 
+static __always_inline void fixed(__u32 i)
+{
+	__u64 *p = bpf_map_lookup_elem(&bwf_wcfix, &i);
+
+	if (p)
+		__sync_fetch_and_add(p, 1);
+}
+
+/* An impossible ssthresh or cwnd back to Reno's halving of the window the
+ * reduction started from (prior_cwnd; the current window if that is bogus). */
+static __always_inline void repair(struct tcp_sock *tp)
+{
+	__u32 base = tp->prior_cwnd, half;
+
+	if (base == 0 || base >= SANE_MAX)
+		base = tp->snd_cwnd < SANE_MAX ? tp->snd_cwnd : 2;
+	half = base >> 1;
+	if (half < 2)
+		half = 2;
+	if (tp->snd_ssthresh != TCP_INFINITE_SSTHRESH && tp->snd_ssthresh >= SANE_MAX) {
+		tp->snd_ssthresh = half;
+		fixed(0);
+	}
+	if (tp->snd_cwnd >= SANE_MAX) {
+		tp->snd_cwnd = half;
+		fixed(1);
+	}
+}
+
 SEC("struct_ops")
 void BPF_PROG(bwf_init, struct sock *sk)
 {
@@ -122,6 +177,7 @@ void BPF_PROG(bwf_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	struct bwf_ca *ca;
 
 	count_in(sk);
+	repair(tp);
 	if (!cwnd_limited(tp))
 		return;
 	if (tp->snd_cwnd < tp->snd_ssthresh) {
@@ -168,6 +224,19 @@ __u32 BPF_PROG(bwf_undo_cwnd, struct sock *sk)
 	return tcp_reno_undo_cwnd(sk);
 }
 
+SEC("struct_ops")
+void BPF_PROG(bwf_set_state, struct sock *sk, __u8 new_state)
+{
+	if (new_state >= TCP_CA_CWR)	/* CWR, Recovery, Loss: ssthresh was just set */
+		repair(tcp_sk_of(sk));
+}
+
+SEC("struct_ops")
+void BPF_PROG(bwf_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+{
+	repair(tcp_sk_of(sk));
+}
+
 SEC(".struct_ops")
 struct tcp_congestion_ops bwf_wc = {
 	.init		= (void *)bwf_init,
@@ -175,5 +244,7 @@ struct tcp_congestion_ops bwf_wc = {
 	.cong_avoid	= (void *)bwf_cong_avoid,
 	.ssthresh	= (void *)bwf_ssthresh,
 	.undo_cwnd	= (void *)bwf_undo_cwnd,
+	.set_state	= (void *)bwf_set_state,
+	.pkts_acked	= (void *)bwf_pkts_acked,
 	.name		= "bwf_wc",
 };

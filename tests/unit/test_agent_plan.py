@@ -111,11 +111,14 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(stale_loss_cnt=1))}["net.mptcp.stale_loss_cnt"] == "1"
     assert "net.ipv4.tcp_rto_min_us" not in sysctls                  # the kernel's own unless configured
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(rto_min_ms=10))}["net.ipv4.tcp_rto_min_us"] == "10000"
-    # A_l for bwf_wc; BG paced at 1.05 x its 35 Mb/s guarantee, in bytes/s, for bwf_sockops
+    # A_l for bwf_wc; WC paced at most at the NIC; BG paced at 1.05 x its
+    # 35 Mb/s guarantee; rates in bytes/s, for bwf_sockops
     assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE)),
+                               P.BpfMapSet(P.BPF_WCPACE_MAP, "10.0.0.1", round(cfg.nic_mbps * 1e6 / 8)),
                                P.BpfMapSet(P.BPF_PACE_MAP, "10.0.0.1", round(35e6 / 8 * 1.05))]
-    assert [s.map for s in P.bpf_plan(_cfg(guarantee_mbps=0))] == [P.BPF_MAP]     # no guarantee: not paced
-    assert [s.map for s in P.bpf_plan(_cfg(pace_bg=False))] == [P.BPF_MAP]
+    no_bg_pacing = [P.BPF_MAP, P.BPF_WCPACE_MAP]
+    assert [s.map for s in P.bpf_plan(_cfg(guarantee_mbps=0))] == no_bg_pacing     # no guarantee: BG not paced
+    assert [s.map for s in P.bpf_plan(_cfg(pace_bg=False))] == no_bg_pacing
     whole = P.host_plan(cfg)
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
 

@@ -1,5 +1,6 @@
 """The emulator's own fidelity checks: OVS port-socket drops parsed from ss,
-and the RPS mask/command the fabric applies to host interfaces."""
+the RPS mask/command the fabric applies to host interfaces, and the WC
+congestion control's repair counters (bpftool array dumps)."""
 
 import pytest
 
@@ -35,3 +36,12 @@ def test_rps_command_writes_the_device_queue_in_a_fresh_sysfs():
     assert cmd.startswith("unshare -m ")
     assert "umount -l /sys && mount -t sysfs sysfs /sys" in cmd
     assert cmd.endswith("echo f > /sys/class/net/s1-eth0/queues/rx-0/rps_cpus'")
+
+
+def test_array_map_dumps_read_in_key_order_with_or_without_btf():
+    from hostagent.cc import parse_array_dump
+    with_btf = [{"key": 1, "value": 7}, {"key": 0, "value": 3}]
+    raw = [{"key": ["0x01", "0x00", "0x00", "0x00"], "value": ["0x07"] + ["0x00"] * 7},
+           {"key": ["0x00", "0x00", "0x00", "0x00"], "value": ["0x10", "0x01"] + ["0x00"] * 6}]
+    assert parse_array_dump(with_btf) == [3, 7]
+    assert parse_array_dump(raw) == [0x110, 7]
