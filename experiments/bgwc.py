@@ -140,7 +140,7 @@ class Meter:
 
     def __init__(self, fab: Fabric, receivers: list[str], period_s: float, trace: bool = False):
         self.fab, self.receivers, self.period_s = fab, receivers, period_s
-        self.samples: list[tuple[float, dict[str, int]]] = []
+        self.samples: list[tuple[float, dict[str, int], dict[str, float]]] = []
         self.trace: list[dict] | None = [] if trace else None
         self.subflows: dict[str, dict[str, int]] | None = None
         self._stop = threading.Event()
@@ -160,21 +160,28 @@ class Meter:
         threading.Thread(target=self._loop, daemon=True).start()
         return self
 
-    def read(self) -> dict[str, int]:
+    def read(self) -> tuple[dict[str, int], dict[str, float]]:
+        """Each counter's bytes, and when it was read (the middle of its
+        receiver's ``nft`` call, seconds since start): the receivers are read
+        one after another, and the time one read takes varies with the load."""
         total: dict[str, int] = {}
+        when: dict[str, float] = {}
         for h in self.receivers:
+            t0 = time.time()
             data = json.loads(self._nft(h, "-j", "list", "table", "ip", "bwfmeter"))
+            t = (t0 + time.time()) / 2 - self.t0
             for item in data["nftables"]:
                 rule = item.get("rule")
                 if not rule or "comment" not in rule:
                     continue
                 counter = next(e["counter"] for e in rule["expr"] if "counter" in e)
                 total[rule["comment"]] = total.get(rule["comment"], 0) + counter["bytes"]
-        return total
+                when[rule["comment"]] = t
+        return total, when
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.time() - self.t0, self.read()))
+            self.samples.append((time.time() - self.t0, *self.read()))
             if self.subflows is None and self.samples[-1][0] >= SUBFLOWS_AT_S:
                 self.subflows = self.count_subflows()
             if self.trace is not None:
@@ -209,11 +216,20 @@ class Meter:
                 pass
 
     def rates(self) -> list[dict]:
-        """Mb/s per counter between consecutive samples, stamped at the interval's end."""
-        out = []
-        for (t0, a), (t1, b) in zip(self.samples, self.samples[1:]):
-            out.append({"t": round(t1, 3), **{k: (b.get(k, 0) - a.get(k, 0)) * 8 / (t1 - t0) / 1e6 for k in b}})
-        return out
+        return interval_rates(self.samples)
+
+
+def interval_rates(samples: list[tuple[float, dict[str, int], dict[str, float]]]) -> list[dict]:
+    """Mb/s per counter between consecutive samples (each over the times its
+    own counter was read), stamped at the sample's start time."""
+    out = []
+    for (_, a, ta), (t1, b, tb) in zip(samples, samples[1:]):
+        row = {"t": round(t1, 3)}
+        for k in b:
+            dt = tb[k] - ta.get(k, tb[k])
+            row[k] = (b[k] - a.get(k, 0)) * 8 / dt / 1e6 if dt > 0 else 0.0
+        out.append(row)
+    return out
 
 
 def window_mean(rates: list[dict], key: str, t_from: float, t_to: float) -> float:

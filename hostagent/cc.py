@@ -4,13 +4,13 @@
   control, a struct_ops Reno whose additive increase is A_l^2/K^2; its maps
   bwf_alevel (A_l per VM, written by agents), bwf_kcount (K per VM, kept
   by the CC itself) and bwf_wcfix (corrupt thresholds/windows it repaired,
-  see the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace and
-  bwf_wcpace (BG's and WC's pacing ceilings per VM, written by agents, read
-  by bwf_sockops; created on their own: no bwf_wc program uses them, so
-  they would not outlive the registering bpftool);
+  see the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace
+  (BG's pacing ceilings per VM, written by agents, read by bwf_sockops;
+  created on its own: no bwf_wc program uses it, so it would not outlive
+  the registering bpftool);
 - ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
   connection's first (BG) subflow and bwf_wc for its joins (WC), sizes WC's
-  send buffer and caps both subflows' pacing rates; attached to the cgroup v2 root so that every
+  send buffer and paces BG; attached to the cgroup v2 root so that every
   host namespace's sockets pass through it.
 
 Compiled with clang against the running kernel's BTF (vmlinux.h generated
@@ -35,7 +35,7 @@ BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
 MAPS = ("bwf_alevel", "bwf_kcount", "bwf_wcfix")
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
-PACE_MAPS = ("bwf_bgpace", "bwf_wcpace")     # BG's and WC's pacing ceilings per VM
+PACE_MAPS = ("bwf_bgpace",)     # BG's pacing ceilings per VM
 PACE_MAP_SPEC = ["type", "hash", "key", "4", "value", "8", "entries", "4096"]
 CC_NAME = "bwf_wc"
 TOOLS = ("clang", "bpftool")

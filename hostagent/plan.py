@@ -39,7 +39,6 @@ PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + i> per destinati
 ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
 BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
 BPF_PACE_MAP = "bwf_bgpace"      # pinned: key = IPv4, value = BG's pacing ceiling in bytes/s
-BPF_WCPACE_MAP = "bwf_wcpace"    # pinned: key = IPv4, value = WC's pacing ceiling (the NIC) in bytes/s
 # BG is paced a little above its guarantee: the host's HTB is what enforces it
 # (UDP shares the class), the pacing rate tells MPTCP's scheduler what BG drains at
 BG_PACE_HEADROOM = 1.05
@@ -361,11 +360,8 @@ def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
 
 def bpf_plan(cfg: HostConfig) -> list[BpfMapSet]:
     """A_l for bwf_wc; BG's pacing ceiling for bwf_sockops (none without a
-    guarantee, or with ``pace_bg`` off); WC's pacing ceiling, the NIC rate:
-    no WC subflow can use more, and it bounds the burst a corrupt window
-    (see bwf_wc's source) sends before it is repaired at the next ACK."""
-    steps = [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l)),
-             BpfMapSet(BPF_WCPACE_MAP, cfg.address, round(cfg.nic_mbps * 1e6 / 8))]
+    guarantee, or with ``pace_bg`` off)."""
+    steps = [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l))]
     if cfg.pace_bg and cfg.guarantee_mbps > 0:
         steps.append(BpfMapSet(BPF_PACE_MAP, cfg.address, round(cfg.guarantee_mbps * 1e6 / 8 * BG_PACE_HEADROOM)))
     return steps

@@ -111,14 +111,11 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(stale_loss_cnt=1))}["net.mptcp.stale_loss_cnt"] == "1"
     assert "net.ipv4.tcp_rto_min_us" not in sysctls                  # the kernel's own unless configured
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(rto_min_ms=10))}["net.ipv4.tcp_rto_min_us"] == "10000"
-    # A_l for bwf_wc; WC paced at most at the NIC; BG paced at 1.05 x its
-    # 35 Mb/s guarantee; rates in bytes/s, for bwf_sockops
+    # A_l for bwf_wc; BG paced at 1.05 x its 35 Mb/s guarantee, in bytes/s, for bwf_sockops
     assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE)),
-                               P.BpfMapSet(P.BPF_WCPACE_MAP, "10.0.0.1", round(cfg.nic_mbps * 1e6 / 8)),
                                P.BpfMapSet(P.BPF_PACE_MAP, "10.0.0.1", round(35e6 / 8 * 1.05))]
-    no_bg_pacing = [P.BPF_MAP, P.BPF_WCPACE_MAP]
-    assert [s.map for s in P.bpf_plan(_cfg(guarantee_mbps=0))] == no_bg_pacing     # no guarantee: BG not paced
-    assert [s.map for s in P.bpf_plan(_cfg(pace_bg=False))] == no_bg_pacing
+    assert [s.map for s in P.bpf_plan(_cfg(guarantee_mbps=0))] == [P.BPF_MAP]     # no guarantee: not paced
+    assert [s.map for s in P.bpf_plan(_cfg(pace_bg=False))] == [P.BPF_MAP]
     whole = P.host_plan(cfg)
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
 
@@ -258,3 +255,16 @@ def test_subflow_states_tell_a_wc_subflow_in_rto_backoff():
     assert (wc["rwnd_limited"], bg["rwnd_limited"]) == (50.0, 0.0)
     assert wc["local"] == "10.0.0.1:39817" and wc["peer"] == "10.0.0.5:10101" and wc["retrans"] == 57
     assert (wc["rtt"], wc["ssthresh"], bg["rtt"]) == (48.2, 2, 2.1)      # smoothed RTT (ms), not minrtt
+
+
+def test_meter_rates_use_each_counters_own_read_times():
+    from experiments.bgwc import interval_rates
+    # s6 was read 0.1 s late at the second sample: 1.25 MB over 1.1 s, not over the 1.0 s between samples
+    samples = [(0.0, {"bg-s1": 0, "bg-s2": 0}, {"bg-s1": 0.0, "bg-s2": 0.0}),
+               (1.0, {"bg-s1": 1_250_000, "bg-s2": 1_375_000}, {"bg-s1": 1.0, "bg-s2": 1.1}),
+               (2.0, {"bg-s1": 2_500_000, "bg-s2": 2_500_000, "wc-s1": 10}, {"bg-s1": 2.0, "bg-s2": 2.0, "wc-s1": 2.0})]
+    rows = interval_rates(samples)
+    assert [r["t"] for r in rows] == [1.0, 2.0]
+    assert rows[0]["bg-s1"] == pytest.approx(10.0) and rows[0]["bg-s2"] == pytest.approx(10.0)
+    assert rows[1]["bg-s2"] == pytest.approx(10.0)          # 1.125 MB in 0.9 s
+    assert rows[1]["wc-s1"] == 0.0                           # a counter first seen: no interval yet
