@@ -452,11 +452,22 @@ def _fig13(fab: Fabric, agents: Agents, cfg: Config) -> dict:
             "verdict": fig13_verdict(rates, cfg.stop_at, cfg.stop_at + cfg.stop_s, g["s2"], cfg.link_mbps)}
 
 
+def _regained(series: list[dict], t_back: float, floor: float) -> float | None:
+    """Seconds after ``t_back`` of the first sample from which S2's BG stays
+    >= ``floor`` for 2 s (None: never)."""
+    for i, r in enumerate(series):
+        hold = [x for x in series[i:] if x["t"] <= r["t"] + 2.0]
+        if hold and hold[-1]["t"] >= r["t"] + 1.5 and all(x.get("bg-s2", 0) >= floor for x in hold):
+            return r["t"] - t_back
+    return None
+
+
 def fig13_verdict(rates: list[dict], t_stop: float, t_back: float, s2_guarantee: float, link_mbps: float) -> dict:
     """What S2 freed (its BG+WC over the 5 s before it stops), how much of
     it the others' WC took 2 s after the stop (their WC rise over [+2, +3] s),
     and S2's return: the first sample from which its BG stays >= 97 % of its
-    guarantee for 2 s, and its mean BG over [+2, +4] s."""
+    guarantee for 2 s (per 0.5 s sample, and on 1 s means), and its mean BG
+    over [+2, +4] s."""
     others = [s for s in SENDERS if s != "s2"]
     freed = sum(window_mean(rates, f"{c}-s2", t_stop - 5, t_stop) for c in ("bg", "wc", "udp"))
     wc_before = sum(window_mean(rates, f"wc-{s}", t_stop - 5, t_stop) for s in others)
@@ -464,16 +475,15 @@ def fig13_verdict(rates: list[dict], t_stop: float, t_back: float, s2_guarantee:
     link_after = sum(window_mean(rates, f"{c}-{s}", t_stop + 2, t_stop + 3) for s in others
                      for c in ("bg", "wc", "udp")) / link_mbps
     back = [r for r in rates if r["t"] > t_back]
-    regained = None
-    for i, r in enumerate(back):
-        hold = [x for x in back[i:] if x["t"] <= r["t"] + 2.0]
-        if hold and hold[-1]["t"] >= r["t"] + 1.5 and all(x.get("bg-s2", 0) >= 0.97 * s2_guarantee for x in hold):
-            regained = r["t"] - t_back
-            break
+    # also on 1 s means: a 0.5 s sample of a 25 Mb/s flow varies by +-4 %
+    # with the bursts packets arrive in (pairs like 0.956 / 1.024 of the guarantee)
+    smooth = [{"t": r["t"], "bg-s2": window_mean(rates, "bg-s2", r["t"] - 1.0, r["t"])} for r in back
+              if r["t"] - 1.0 >= t_back]
     return {"freed_mbps": freed, "others_wc_before": wc_before, "others_wc_2s_after": wc_after,
             "captured_fraction_2s": (wc_after - wc_before) / freed if freed else None,
             "link_use_2s_after_stop": link_after,
-            "s2_regained_97pct_after_s": regained,
+            "s2_regained_97pct_after_s": _regained(back, t_back, 0.97 * s2_guarantee),
+            "s2_regained_97pct_1s_means_after_s": _regained(smooth, t_back, 0.97 * s2_guarantee),
             "s2_bg_2_to_4s_after_restart_of_guarantee": window_mean(rates, "bg-s2", t_back + 2, t_back + 4)
             / s2_guarantee}
 

@@ -194,7 +194,15 @@ def test_fig13_verdict_on_a_synthetic_trace():
     assert v["captured_fraction_2s"] == pytest.approx(1.0) and v["link_use_2s_after_stop"] == pytest.approx(1.0)
     # 24.5 >= 97 % of 25 from 26.5 s on, but the dip at 28 s breaks that hold: held from 28.5 s
     assert v["s2_regained_97pct_after_s"] == pytest.approx(3.5)
+    assert v["s2_regained_97pct_1s_means_after_s"] == pytest.approx(4.0)   # the dip is in (27, 29]'s means
     assert v["s2_bg_2_to_4s_after_restart_of_guarantee"] == pytest.approx((3 * 24.5 + 20) / 4 / 25)  # (27, 29]
+    # back at 99 % in 0.5 s samples of 96 % / 102 %: never held per sample, held on 1 s means from 27 s
+    for r in rates:
+        if r["t"] > 26:
+            r["bg-s2"] = 24.0 if int(r["t"] * 2) % 2 else 25.5
+    v = fig13_verdict(rates, 10.0, 25.0, 25.0, 100.0)
+    assert v["s2_regained_97pct_after_s"] is None
+    assert v["s2_regained_97pct_1s_means_after_s"] == pytest.approx(2.0)
 
 
 def test_backup_toggling_rule():
