@@ -26,9 +26,12 @@
  * subflow, unpaced and with a send buffer sized from that cwnd, took
  * megabytes of its connection's data into a loss storm that stalled the
  * connection's BG subflow for seconds (tcp_probe traces; fig12 min BG
- * 0.87-0.95 in 3 of 9 runs). set_state (right after the kernel sets
- * ssthresh) and every ACK (pkts_acked, cong_avoid) put an impossible
- * threshold or window back to Reno's value, and count it in bwf_wcfix.
+ * 0.87-0.95 in 3 of 9 runs). At every ACK (pkts_acked, cong_avoid) an
+ * impossible threshold or window is put back to Reno's value and counted in
+ * bwf_wcfix. The corrupt value appears after set_state(CWR) has run (a
+ * check there never fired: thresholds and windows were always repaired
+ * together, at the next ACK), so the one ACK's PRR burst -- up to the
+ * subflow's send buffer, two windows -- still goes out.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -62,7 +65,6 @@ struct {
 } bwf_wcfix SEC(".maps");
 
 #define TCP_INFINITE_SSTHRESH	0x7fffffff
-#define TCP_CA_CWR		2
 /* no real window or threshold comes near this (16 M segments = 23 GB) */
 #define SANE_MAX		(1U << 24)
 
@@ -225,13 +227,6 @@ __u32 BPF_PROG(bwf_undo_cwnd, struct sock *sk)
 }
 
 SEC("struct_ops")
-void BPF_PROG(bwf_set_state, struct sock *sk, __u8 new_state)
-{
-	if (new_state >= TCP_CA_CWR)	/* CWR, Recovery, Loss: ssthresh was just set */
-		repair(tcp_sk_of(sk));
-}
-
-SEC("struct_ops")
 void BPF_PROG(bwf_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
 	repair(tcp_sk_of(sk));
@@ -244,7 +239,6 @@ struct tcp_congestion_ops bwf_wc = {
 	.cong_avoid	= (void *)bwf_cong_avoid,
 	.ssthresh	= (void *)bwf_ssthresh,
 	.undo_cwnd	= (void *)bwf_undo_cwnd,
-	.set_state	= (void *)bwf_set_state,
 	.pkts_acked	= (void *)bwf_pkts_acked,
 	.name		= "bwf_wc",
 };
