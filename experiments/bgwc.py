@@ -35,12 +35,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experiments import ovs
-from hostagent import cc
 from experiments import results as R
 from experiments.agents import Agents, BpfLoaded
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from experiments.options import OptionError
+from hostagent import cc
 from hostagent.plan import CLASS_BG, ENDPOINT_ID_BASE
 from mininet_topos import builders
 

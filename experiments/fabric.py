@@ -20,6 +20,7 @@ Tuning, applied after ``net.start()`` on both ends of every link:
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
 from functools import partial
@@ -55,7 +56,6 @@ def rps_command(dev: str, n_cpus: int | None = None) -> str:
     """Shell command, run in a host's network namespace, that spreads
     ``dev``'s receive processing over every CPU. /sys shows the namespace it
     was mounted in, so a private mount namespace gets a fresh sysfs."""
-    import os
     mask = rps_mask(n_cpus or os.cpu_count() or 1)
     return (f"unshare -m sh -c 'umount -l /sys && mount -t sysfs sysfs /sys && "
             f"echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus'")

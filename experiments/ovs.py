@@ -47,35 +47,46 @@ def vswitchd_pid() -> int | None:
     return int(out[0]) if out else None
 
 
-def packet_socket_sndbuf(pid: int) -> int | None:
-    """Send buffer (bytes) of ovs-vswitchd's raw packet socket, None before
-    its first forwarded packet."""
-    out = _run(["ss", "-0", "-m", "-p", "-a"], check=False).stdout
-    best = None
-    lines = out.splitlines()
-    for i, line in enumerate(lines):
-        if f"pid={pid}," in line:
-            nxt = lines[i + 1] if i + 1 < len(lines) else ""
-            m = re.search(r"tb(\d+)", line + nxt)
-            if m:
-                best = max(best or 0, int(m.group(1)))
-    return best
+def _ss_packet() -> str:
+    return _run(["ss", "-0", "-m", "-p", "-a"], check=False).stdout
 
 
-def parse_socket_drops(ss_text: str, pid: int) -> int:
-    """Packets dropped on arrival (``skmem``'s ``d``) summed over process
-    ``pid``'s sockets in ``ss -0 -m -p -a`` output (a socket's skmem may be on
-    the line after its users)."""
-    total = 0
+def packet_sockets(ss_text: str, pid: int) -> list[dict]:
+    """Process ``pid``'s packet sockets in ``ss -0 -m -p -a`` output: the
+    port each is bound to (None: any, OVS's one send socket) and its skmem
+    fields (r, rb, t, tb, ..., d), which may be on the line after its users."""
+    out = []
     lines = ss_text.splitlines()
     for i, line in enumerate(lines):
         if f"pid={pid}," not in line:
             continue
         text = line if "skmem:" in line else line + (lines[i + 1] if i + 1 < len(lines) else "")
-        m = re.search(r"skmem:\([^)]*\bd(\d+)\)", text)
-        if m:
-            total += int(m.group(1))
-    return total
+        skmem = re.search(r"skmem:\(([^)]*)\)", text)
+        port = re.search(r"\s\*:(\S+)\s", line)
+        out.append({"port": port.group(1) if port else None,
+                    "skmem": {k: int(v) for k, v in re.findall(r"([a-z]+)(\d+)", skmem.group(1))} if skmem else {}})
+    return out
+
+
+def packet_socket_sndbuf(pid: int) -> int | None:
+    """Send buffer (bytes) of ovs-vswitchd's raw packet socket, None before
+    its first forwarded packet."""
+    bufs = [s["skmem"]["tb"] for s in packet_sockets(_ss_packet(), pid) if "tb" in s["skmem"]]
+    return max(bufs) if bufs else None
+
+
+def port_socket_rcvbufs(pid: int | None = None) -> list[int]:
+    """Receive buffers (bytes) of ovs-vswitchd's per-port packet sockets."""
+    pid = pid or vswitchd_pid()
+    if pid is None:
+        return []
+    return [s["skmem"]["rb"] for s in packet_sockets(_ss_packet(), pid) if s["port"] and "rb" in s["skmem"]]
+
+
+def parse_socket_drops(ss_text: str, pid: int) -> int:
+    """Packets dropped on arrival (``skmem``'s ``d``) summed over process
+    ``pid``'s sockets in ``ss -0 -m -p -a`` output."""
+    return sum(s["skmem"].get("d", 0) for s in packet_sockets(ss_text, pid))
 
 
 def packet_socket_drops(pid: int | None = None) -> int | None:
@@ -85,13 +96,13 @@ def packet_socket_drops(pid: int | None = None) -> int | None:
     pid = pid or vswitchd_pid()
     if pid is None:
         return None
-    return parse_socket_drops(_run(["ss", "-0", "-m", "-p", "-a"], check=False).stdout, pid)
+    return parse_socket_drops(_ss_packet(), pid)
 
 
-def set_wmem_default(value: int) -> int:
-    old = int(Path(WMEM_SYSCTL).read_text())
-    Path(WMEM_SYSCTL).write_text(str(value))
-    return old
+def raise_default(sysctl: str, want: int) -> None:
+    """Raise a socket-buffer default (a /proc/sys path) to at least ``want``."""
+    if int(Path(sysctl).read_text()) < want:
+        Path(sysctl).write_text(str(want))
 
 
 def ensure_ovs() -> list[str]:
@@ -99,11 +110,9 @@ def ensure_ovs() -> list[str]:
     warnings = []
     if shutil.which("ovs-vsctl") is None:
         raise OvsError("Open vSwitch is not installed: apt-get install openvswitch-switch")
-    if int(Path(WMEM_SYSCTL).read_text()) < WANT_WMEM:
-        set_wmem_default(WANT_WMEM)
-    if int(Path(RMEM_SYSCTL).read_text()) < WANT_RMEM:
-        # read when a port is added (not when OVS starts): every fabric built after this has it
-        Path(RMEM_SYSCTL).write_text(str(WANT_RMEM))
+    raise_default(WMEM_SYSCTL, WANT_WMEM)
+    # read when a port is added (not when OVS starts): every fabric built after this has it
+    raise_default(RMEM_SYSCTL, WANT_RMEM)
     if not ovs_running():
         res = _run([OVS_CTL, "start", "--system-id=random"], check=False, timeout=60)
         if not ovs_running():

@@ -33,9 +33,10 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
 # hide /sys/fs/bpf from agents started that way
 BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
-MAPS = ("bwf_alevel", "bwf_kcount", "bwf_wcfix")
+FIX_MAP = "bwf_wcfix"   # [0] thresholds, [1] windows bwf_wc repaired
+MAPS = ("bwf_alevel", "bwf_kcount", FIX_MAP)
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
-PACE_MAPS = ("bwf_bgpace",)     # BG's pacing ceilings per VM
+PACE_MAP = "bwf_bgpace"
 PACE_MAP_SPEC = ["type", "hash", "key", "4", "value", "8", "entries", "4096"]
 CC_NAME = "bwf_wc"
 TOOLS = ("clang", "bpftool")
@@ -116,7 +117,7 @@ def status() -> dict:
     except CcError:
         pass
     return {"cc_registered": cc_registered(), "sockops_attached": attached,
-            "maps_pinned": [m for m in (*MAPS, *PACE_MAPS) if (BPFFS / m).exists()]}
+            "maps_pinned": [m for m in (*MAPS, PACE_MAP) if (BPFFS / m).exists()]}
 
 
 STAMP = BPFFS.parent / "bpf.build"   # beside the bpffs: it holds only BPF objects
@@ -152,13 +153,11 @@ def load() -> dict:
                       "(python -m hostagent.cc unload)")
     st = status()
     if not st["sockops_attached"]:
-        for m in PACE_MAPS:
-            if not (BPFFS / m).exists():
-                _run(["bpftool", "map", "create", str(BPFFS / m), *PACE_MAP_SPEC, "name", m])
+        if not (BPFFS / PACE_MAP).exists():
+            _run(["bpftool", "map", "create", str(BPFFS / PACE_MAP), *PACE_MAP_SPEC, "name", PACE_MAP])
         if not PIN_SOCKOPS.exists():
-            reuse = [a for m in PACE_MAPS for a in ("map", "name", m, "pinned", str(BPFFS / m))]
             _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
-                  *reuse])
+                  "map", "name", PACE_MAP, "pinned", str(BPFFS / PACE_MAP)])
         _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
     STAMP.write_text(stamp)
     return status()
@@ -180,7 +179,7 @@ def unload(wait_s: float = 10.0) -> dict:
         if time.monotonic() > deadline:
             raise CcError(f"bwf_wc is still in use by sockets after {wait_s:g} s; not unregistered")
         time.sleep(0.5)
-    for m in (*MAPS, *PACE_MAPS):
+    for m in (*MAPS, PACE_MAP):
         if (BPFFS / m).exists():
             (BPFFS / m).unlink()
     if STAMP.exists():
@@ -219,9 +218,9 @@ def parse_array_dump(entries: list) -> list[int]:
 def repairs() -> dict[str, int]:
     """How many corrupt slow-start thresholds and windows bwf_wc has put
     right since it was loaded (bwf_wcfix; zeros when not loaded)."""
-    if not (BPFFS / "bwf_wcfix").exists():
+    if not (BPFFS / FIX_MAP).exists():
         return {"ssthresh": 0, "cwnd": 0}
-    vals = parse_array_dump(json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / "bwf_wcfix")])))
+    vals = parse_array_dump(json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / FIX_MAP)])))
     return {"ssthresh": vals[0], "cwnd": vals[1]}
 
 

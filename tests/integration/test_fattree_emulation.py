@@ -53,11 +53,7 @@ def test_hosts_spread_receive_work_and_ovs_ports_have_big_receive_buffers(runnin
     assert res.returncode == 0, res.stderr
     assert int(res.stdout.strip().replace(",", ""), 16) == int(rps_mask(os.cpu_count()), 16)
     # every port socket OVS opened for this fabric took the raised rmem_default
-    pid = ovs.vswitchd_pid()
-    out = subprocess.run(["ss", "-0", "-m", "-p", "-a"], capture_output=True, text=True).stdout
-    lines = out.splitlines()
-    bufs = [int(m.group(1)) for i, ln in enumerate(lines) if f"pid={pid}," in ln and re.search(r"\s\*:\S+\s", ln)
-            for m in [re.search(r"\brb(\d+)", ln + (lines[i + 1] if i + 1 < len(lines) else ""))] if m]
+    bufs = ovs.port_socket_rcvbufs()
     assert bufs and min(bufs) >= ovs.WANT_RMEM, bufs
 
 
