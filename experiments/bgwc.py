@@ -77,8 +77,10 @@ class Config:
     stop_at: float = 15.0          # fig13
     stop_s: float = 20.0
     conns: tuple[int, ...] = (3, 5)  # fig14: S1's connection counts
+    policies: tuple[str, ...] = ("none", "equal")  # fig14: without the policy, with 1:1:1
     wc_subflows: int = 1
     reps: int = 1                  # table3, fig14: runs per row; WC shares are judged on their mean
+    equal_level: float = 1.0       # fig14: every sender's A_l under the 1:1:1 policy
     beta: float = 10.0             # Eq. 1: the agents default to 3; here 10 (BG dipped to 0.74 with 3, see README)
     # WC queues: RED-style marking (ECN-capable WC) / early drop (the rest) on
     # every switch port (apps.prio_queues.aqm). Without it, drop-tail losses of
@@ -103,6 +105,10 @@ class Config:
             raise OptionError(f"option kind={self.kind!r}: one of {', '.join(KINDS)}")
         if self.link_mbps <= 0 or self.duration <= 4 or self.sample_s <= 0:
             raise OptionError("options link_mbps, duration (> 4 s), sample_s must be positive")
+        if not self.policies or set(self.policies) - {"none", "equal"}:
+            raise OptionError(f"option policies={','.join(self.policies)}: some of none, equal")
+        if not 0 < self.equal_level <= 100:
+            raise OptionError(f"option equal_level={self.equal_level:g}: 0 < A_l <= 100")
         if not 1 <= self.reps <= 20:
             raise OptionError(f"option reps={self.reps}: 1..20")
         if self.beta <= 0:
@@ -522,14 +528,14 @@ def _fig14(fab: Fabric, agents: Agents, cfg: Config) -> dict:
     out = []
     senders = ("s1", "s3", "s4")
     for conns in cfg.conns:
-        for policy in ("none", "equal"):
+        for policy in cfg.policies:
             g = {s: FIG14_GUARANTEE * cfg.scale for s in senders}
             if policy == "none":
                 # no fairness policy: every WC subflow a plain Reno (A_l = K keeps alpha_w = 1)
                 explicit = {"s1": float(conns), "s3": 1.0, "s4": 1.0}
                 _configure(agents, cfg, g, explicit=explicit)
             else:
-                _configure(agents, cfg, g, policy="equal")
+                _configure(agents, cfg, g, explicit={s: cfg.equal_level for s in senders})
 
             def scenario(traffic: Traffic, conns: int = conns) -> None:
                 traffic.bulk("s1", cfg.duration, conns=conns)

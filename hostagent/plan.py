@@ -17,7 +17,8 @@ The host's shape, per the paper:
   rates) -- WC unlimited up to the NIC;
 - the WC congestion control reads A_l for this VM from a BPF map keyed by
   the VM's IPv4 address (all Mininet hosts share one kernel);
-- tcp_rmem's ceiling (per network namespace) holds Eq. 1's buffer.
+- tcp_rmem's initial size and ceiling (per network namespace) hold Eq. 1's
+  buffer.
 """
 
 from __future__ import annotations
@@ -247,8 +248,8 @@ class Plan:
 # ---- planners ---------------------------------------------------------------------------------
 def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl]:
     """MPTCP on; BG subflows' default congestion control; Eq. 1's buffer as
-    tcp_rmem's ceiling (autotuning grows up to it) and as tcp_wmem's
-    floor, initial size and ceiling. Until the agent has live RTTs (see
+    tcp_rmem's initial size and ceiling and as tcp_wmem's floor, initial
+    size and ceiling. Until the agent has live RTTs (see
     hostagent.observe), the buffer is planned for ``rtt_hint_ms`` at the NIC
     rate: WC subflows queue behind BG, so their RTT is the low queue's delay,
     far above the fabric's base RTT."""
@@ -261,7 +262,14 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # 1: ask for ECN on connections this host opens (and accept it);
             # 2, the kernel's default: accept it only
             Sysctl("net.ipv4.tcp_ecn", "1" if cfg.ecn else "2"),
-            Sysctl("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
+            # a connection's receive window is open to all of B from its first
+            # round trip: WC's slow start overshoots its queue, and the data on
+            # BG behind a WC hole waits in the connection's out-of-order queue;
+            # with the kernel's 128 KiB start (autotuning grows it a round trip
+            # at a time) that filled the window and stalled BG -- fig12's first
+            # seconds 0.93-0.99 of the guarantee, fig13's restart 1.3-3.8 s
+            # back, against 0.98-0.99 and 1.1-1.5 s with B from the start
+            Sysctl("net.ipv4.tcp_rmem", f"4096 {buf} {buf}"),
             # the sender holds as much, always: an MPTCP connection's data is freed
             # only by in-order DATA_ACKs, so it must hold everything sent in the
             # slowest subflow's round trip on all of them (Eq. 1 at the sender).

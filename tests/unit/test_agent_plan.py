@@ -102,7 +102,7 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert [(e.id, e.port, e.flags) for e in mp[1:]] == [(101, 10101, "signal"), (102, 10102, "signal")]
     assert P.mptcp_plan(_cfg(wc_subflows=0)) == [P.MptcpLimits(0, 0)]
     sysctls = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=500000)}
-    assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"].split()[2] == "500000"
+    assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"] == "4096 500000 500000"
     # the connection-level send buffer: tcp_wmem[0] is what an MPTCP socket holds beyond its subflows
     assert sysctls["net.ipv4.tcp_wmem"] == "500000 500000 500000"
     assert sysctls["net.mptcp.stale_loss_cnt"] == "4"
