@@ -5,12 +5,13 @@
   bwf_alevel (A_l per VM, written by agents), bwf_kcount (K per VM, kept
   by the CC itself) and bwf_wcfix (corrupt thresholds/windows it repaired,
   see the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace
-  (BG's pacing ceilings per VM, written by agents, read by bwf_sockops;
-  created on its own: no bwf_wc program uses it, so it would not outlive
-  the registering bpftool);
+  (BG's pacing ceilings per VM, written by agents, read by bwf_sockops)
+  and bwf_bgcount (each VM's established BG subflows, kept by bwf_sockops),
+  both created on their own: no bwf_wc program uses them, so they would not
+  outlive the registering bpftool;
 - ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
   connection's first (BG) subflow and bwf_wc for its joins (WC), sizes WC's
-  send buffer and paces BG; attached to the cgroup v2 root so that every
+  send buffer, and paces BG at its share of the VM's guarantee; attached to the cgroup v2 root so that every
   host namespace's sockets pass through it.
 
 Compiled with clang against the running kernel's BTF (vmlinux.h generated
@@ -38,6 +39,9 @@ MAPS = ("bwf_alevel", "bwf_kcount", FIX_MAP)
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
 PACE_MAP = "bwf_bgpace"
 PACE_MAP_SPEC = ["type", "hash", "key", "4", "value", "8", "entries", "4096"]
+BGCOUNT_MAP = "bwf_bgcount"   # key = IPv4, value = the VM's established BG subflows (bwf_sockops keeps it)
+BGCOUNT_MAP_SPEC = ["type", "hash", "key", "4", "value", "4", "entries", "4096"]
+SOCKOPS_MAPS = ((PACE_MAP, PACE_MAP_SPEC), (BGCOUNT_MAP, BGCOUNT_MAP_SPEC))
 CC_NAME = "bwf_wc"
 TOOLS = ("clang", "bpftool")
 
@@ -117,7 +121,7 @@ def status() -> dict:
     except CcError:
         pass
     return {"cc_registered": cc_registered(), "sockops_attached": attached,
-            "maps_pinned": [m for m in (*MAPS, PACE_MAP) if (BPFFS / m).exists()]}
+            "maps_pinned": [m for m in (*MAPS, *(n for n, _ in SOCKOPS_MAPS)) if (BPFFS / m).exists()]}
 
 
 STAMP = BPFFS.parent / "bpf.build"   # beside the bpffs: it holds only BPF objects
@@ -137,7 +141,9 @@ def load() -> dict:
     objs = build()
     _mount_bpffs()
     stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"])
-    if (cc_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp):
+    # a sock_ops program without one of its maps pinned was loaded by a bwfabric that had no such map
+    unpinned = PIN_SOCKOPS.exists() and not all((BPFFS / name).exists() for name, _ in SOCKOPS_MAPS)
+    if (cc_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp or unpinned):
         try:
             unload(wait_s=10)
         except CcError as exc:
@@ -153,11 +159,12 @@ def load() -> dict:
                       "(python -m hostagent.cc unload)")
     st = status()
     if not st["sockops_attached"]:
-        if not (BPFFS / PACE_MAP).exists():
-            _run(["bpftool", "map", "create", str(BPFFS / PACE_MAP), *PACE_MAP_SPEC, "name", PACE_MAP])
+        for name, spec in SOCKOPS_MAPS:
+            if not (BPFFS / name).exists():
+                _run(["bpftool", "map", "create", str(BPFFS / name), *spec, "name", name])
         if not PIN_SOCKOPS.exists():
             _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
-                  "map", "name", PACE_MAP, "pinned", str(BPFFS / PACE_MAP)])
+                  *(w for name, _ in SOCKOPS_MAPS for w in ("map", "name", name, "pinned", str(BPFFS / name)))])
         _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
     STAMP.write_text(stamp)
     return status()
@@ -179,7 +186,7 @@ def unload(wait_s: float = 10.0) -> dict:
         if time.monotonic() > deadline:
             raise CcError(f"bwf_wc is still in use by sockets after {wait_s:g} s; not unregistered")
         time.sleep(0.5)
-    for m in (*MAPS, PACE_MAP):
+    for m in (*MAPS, *(n for n, _ in SOCKOPS_MAPS)):
         if (BPFFS / m).exists():
             (BPFFS / m).unlink()
     if STAMP.exists():

@@ -3,7 +3,7 @@
  * bwf_sockops: per-subflow settings for MPTCP connections.
  *
  * The first subflow of an MPTCP connection is the bandwidth-guarantee (BG)
- * subflow: Reno, paced at most at its VM's guarantee (see pace_bg). Every
+ * subflow: Reno, paced at its share of its VM's guarantee (see pace_bg). Every
  * MP_JOIN subflow is work conservation (WC): bwf_wc, and a send buffer that
  * follows its window: 2 x cwnd x (MSS + 1 KiB), about what TCP's own
  * autotuning gives a window (the KiB is a packet's buffer overhead: send
@@ -72,25 +72,126 @@ static __always_inline void size_wc_sndbuf(struct bpf_sock_ops *skops)
 	bpf_setsockopt(skops, SOL_SOCKET, SO_SNDBUF, &val, sizeof(val));
 }
 
-/* BG's pacing ceiling: its VM's guarantee, from bwf_bgpace (no entry: left
- * alone). WC subflows are not paced: a ceiling at the NIC rate (which turns
- * on the kernel's internal pacing) moved Table 3's WC shares from 0.105 to
- * 0.247 max relative error. The host's HTB holds BG there anyway; what pacing adds is that
- * BG's pacing rate -- which MPTCP's scheduler takes for the rate a subflow
- * drains at -- says so. Unpaced it was 2 x cwnd / srtt, 1.5-3x the
- * guarantee: the scheduler (lowest wmem / pacing rate first, nothing sent
- * when that subflow's buffer is full) kept picking a full BG subflow, and
- * the WC subflow had nothing to send 30-80 % of the time. */
-static __always_inline void pace_bg(struct bpf_sock_ops *skops)
+/* BG's pacing: what MPTCP's scheduler takes for the rate a subflow drains
+ * at (lowest wmem / pacing rate first, nothing sent when that subflow's
+ * buffer is full). The host's HTB holds a VM's BG at its guarantee; the
+ * pacing rate has to say what this subflow gets of it. Unpaced it was
+ * 2 x cwnd / srtt, 1.5-3x the guarantee: the scheduler kept picking a full
+ * BG subflow, and the WC subflow had nothing to send 30-80 % of the time.
+ * So a VM's only BG subflow is paced at its guarantee x 1.05 (bwf_bgpace;
+ * no entry: left alone).
+ *
+ * A VM with n > 1 connections shares its guarantee among n BG subflows.
+ * Each paced at the whole guarantee and holding the namespace's send
+ * buffer (Eq. 1's B, megabytes), fig14's S1 with 5 connections parked
+ * 0.4-2.2 MB on each BG subflow draining at 2 Mb/s -- MPTCP also pushes
+ * data on a subflow its ACKs freed room on, before asking the scheduler --
+ * so the connection's send buffer was full of BG's data and its WC subflows
+ * had nothing to send in 29 % of the samples: S1 took 0.09-0.26 of the WC
+ * bandwidth for its 1/3. There, each BG subflow is paced at its share:
+ * 1.25 x what it last delivered (the kernel's delivery-rate sample; the
+ * 1.25 lets it take a growing share within a few round trips, when another
+ * connection idles), at least guarantee / n and at most the guarantee; and
+ * its send buffer holds a round trip (srtt, which includes the host HTB's
+ * queue) at that rate. A VM's only BG keeps the default send buffer: sized
+ * to its round trip, the BG subflows of fig12 swung +-5 % (0.93-0.95 of
+ * the guarantee in 0.5 s samples, against 0.98-0.99). WC subflows are not
+ * paced: a ceiling at the NIC rate (which turns on the kernel's internal
+ * pacing) moved Table 3's WC shares from 0.105 to 0.247 max relative
+ * error. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);		/* VM's IPv4 */
+	__type(value, __u32);		/* its established BG subflows */
+} bwf_bgcount SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u32);		/* the VM (IPv4) this BG subflow is counted for */
+} bwf_bgsk SEC(".maps");
+
+#define BPF_TCP_CLOSE_STATE 7
+
+static __always_inline void count_bg(struct bpf_sock_ops *skops)
 {
-	__u32 key = skops->local_ip4;
-	__u64 *rate = bpf_map_lookup_elem(&bwf_bgpace, &key);
+	__u32 key = skops->local_ip4, one = 1, *n, *mine;
+	struct bpf_sock *sk = skops->sk;
+
+	if (!sk)
+		return;
+	mine = bpf_sk_storage_get(&bwf_bgsk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!mine || *mine)
+		return;
+	*mine = key ? key : 1;
+	n = bpf_map_lookup_elem(&bwf_bgcount, &key);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else if (bpf_map_update_elem(&bwf_bgcount, &key, &one, BPF_NOEXIST)) {
+		n = bpf_map_lookup_elem(&bwf_bgcount, &key);	/* lost a race: it exists now */
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+}
+
+static __always_inline void uncount_bg(struct bpf_sock_ops *skops)
+{
+	__u32 key, *n, *mine;
+	struct bpf_sock *sk = skops->sk;
+
+	if (!sk)
+		return;
+	mine = bpf_sk_storage_get(&bwf_bgsk, sk, 0, 0);
+	if (!mine || !*mine)
+		return;
+	key = *mine == 1 ? 0 : *mine;
+	*mine = 0;
+	n = bpf_map_lookup_elem(&bwf_bgcount, &key);
+	if (n && *n)
+		__sync_fetch_and_add(n, -1);
+}
+
+static __always_inline void size_bg_sndbuf(struct bpf_sock_ops *skops, __u64 rate)
+{
+	__u64 srtt_us = skops->srtt_us >> 3, mss = skops->mss_cache, want;
 	int val;
 
-	if (!rate)
+	if (!srtt_us || !mss)
 		return;
-	val = *rate > 0x7fffffff ? 0x7fffffff : (int)*rate;
+	want = rate * srtt_us / 1000000 * (mss + 1024) / mss;	/* x2 by the kernel */
+	val = want > 0x3fffffff ? 0x3fffffff : (int)want;
+	if (val < SNDBUF_MIN)
+		val = SNDBUF_MIN;
+	bpf_setsockopt(skops, SOL_SOCKET, SO_SNDBUF, &val, sizeof(val));
+}
+
+static __always_inline void pace_bg(struct bpf_sock_ops *skops)
+{
+	__u32 key = skops->local_ip4, *n;
+	__u64 *ceiling = bpf_map_lookup_elem(&bwf_bgpace, &key);
+	__u64 rate, drain, floor;
+	int val;
+
+	if (!ceiling)
+		return;
+	rate = *ceiling;
+	n = bpf_map_lookup_elem(&bwf_bgcount, &key);
+	if (n && *n > 1) {
+		floor = rate / *n;
+		drain = floor;
+		if (skops->rate_delivered && skops->rate_interval_us)
+			drain = (__u64)skops->rate_delivered * skops->mss_cache * 1000000 / skops->rate_interval_us * 5 / 4;
+		if (drain < floor)
+			drain = floor;
+		if (drain < rate)
+			rate = drain;
+	}
+	val = rate > 0x7fffffff ? 0x7fffffff : (int)rate;
 	bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &val, sizeof(val));
+	if (n && *n > 1)
+		size_bg_sndbuf(skops, rate);
 }
 
 SEC("sockops")
@@ -111,14 +212,23 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		else
 			bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, bg, sizeof(bg));
 		/* MPTCP subflows only: no lookup per ACK for plain TCP */
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG |
+					  BPF_SOCK_OPS_STATE_CB_FLAG);
+		if (!join && skops->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+			count_bg(skops);
 		return 1;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 		join = is_join(skops);
 		if (join == 1)
 			size_wc_sndbuf(skops);
-		else if (join == 0)
+		else if (join == 0) {
+			count_bg(skops);
 			pace_bg(skops);
+		}
+		return 1;
+	case BPF_SOCK_OPS_STATE_CB:	/* enabled on MPTCP subflows only (above) */
+		if (skops->args[1] == BPF_TCP_CLOSE_STATE)
+			uncount_bg(skops);
 		return 1;
 	case BPF_SOCK_OPS_RTT_CB:	/* enabled on MPTCP subflows only (above) */
 		if (is_join(skops) == 1)
