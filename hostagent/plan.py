@@ -17,8 +17,8 @@ The host's shape, per the paper:
   rates) -- WC unlimited up to the NIC;
 - the WC congestion control reads A_l for this VM from a BPF map keyed by
   the VM's IPv4 address (all Mininet hosts share one kernel);
-- tcp_rmem's initial size and ceiling (per network namespace) hold Eq. 1's
-  buffer.
+- tcp_rmem's ceiling (per network namespace) holds Eq. 1's buffer, its
+  initial size up to 1 MiB of it.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ class HostConfig:
     competition: float | None = None
     beta: float = DEFAULT_BETA
     rtt_hint_ms: float = 50.0      # Eq. 1's maxRTT until live subflows are measured
+    # a connection's receive window when it opens (tcp_rmem[1], at most Eq. 1's
+    # B; autotuning grows it to B): see sysctl_plan
+    rcvbuf_initial_kb: float = 1024.0
     # MPTCP-level retransmission intervals a subflow may sit on unacknowledged
     # data before the kernel calls it stale and re-sends its data on the
     # others (net.mptcp.stale_loss_cnt; the kernel's default is 4)
@@ -84,7 +87,8 @@ class HostConfig:
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
     FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
-              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "stale_loss_cnt", "rto_min_ms",
+              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "rcvbuf_initial_kb",
+              "stale_loss_cnt", "rto_min_ms",
               "ecn", "pace_bg", "pair_limits_mbps")
 
     @classmethod
@@ -133,6 +137,8 @@ class HostConfig:
             problems.append(f"beta {self.beta!r} must be positive")
         if not _num(self.rtt_hint_ms) or not 0 < self.rtt_hint_ms <= 10_000:
             problems.append(f"rtt_hint_ms {self.rtt_hint_ms!r} must be in (0, 10000]")
+        if not _num(self.rcvbuf_initial_kb) or not 4 <= self.rcvbuf_initial_kb <= 65536:
+            problems.append(f"rcvbuf_initial_kb {self.rcvbuf_initial_kb!r} must be in [4, 65536]")
         if not isinstance(self.stale_loss_cnt, int) or isinstance(self.stale_loss_cnt, bool) or \
                 not 1 <= self.stale_loss_cnt <= 100:
             problems.append(f"stale_loss_cnt {self.stale_loss_cnt!r} must be an integer 1..100")
@@ -248,8 +254,8 @@ class Plan:
 # ---- planners ---------------------------------------------------------------------------------
 def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl]:
     """MPTCP on; BG subflows' default congestion control; Eq. 1's buffer as
-    tcp_rmem's initial size and ceiling and as tcp_wmem's floor, initial
-    size and ceiling. Until the agent has live RTTs (see
+    tcp_rmem's ceiling (and its initial size, up to ``rcvbuf_initial_kb``)
+    and as tcp_wmem's floor, initial size and ceiling. Until the agent has live RTTs (see
     hostagent.observe), the buffer is planned for ``rtt_hint_ms`` at the NIC
     rate: WC subflows queue behind BG, so their RTT is the low queue's delay,
     far above the fabric's base RTT."""
@@ -262,14 +268,16 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # 1: ask for ECN on connections this host opens (and accept it);
             # 2, the kernel's default: accept it only
             Sysctl("net.ipv4.tcp_ecn", "1" if cfg.ecn else "2"),
-            # a connection's receive window is open to all of B from its first
-            # round trip: WC's slow start overshoots its queue, and the data on
-            # BG behind a WC hole waits in the connection's out-of-order queue;
-            # with the kernel's 128 KiB start (autotuning grows it a round trip
-            # at a time) that filled the window and stalled BG -- fig12's first
-            # seconds 0.93-0.99 of the guarantee, fig13's restart 1.3-3.8 s
-            # back, against 0.98-0.99 and 1.1-1.5 s with B from the start
-            Sysctl("net.ipv4.tcp_rmem", f"4096 {buf} {buf}"),
+            # a connection's receive window opens at rcvbuf_initial_kb (1 MiB): WC's
+            # slow start overshoots its queue, and BG's data behind a WC hole waits
+            # in the connection's out-of-order queue. With the kernel's 128 KiB
+            # (autotuning grows it a round trip at a time) that filled the window
+            # and stalled BG: fig12's first seconds 0.90-0.99 of the guarantee,
+            # fig13's restart back in 1.3-3.8 s. With 1 MiB 0.985-0.99 and 1.6 s;
+            # with all of B (6 MB at beta 10) the same, but Table 3's WC shares
+            # went from 0.02-0.07 to 0.03-0.14 max relative error per row (the large
+            # windows let the most aggressive WC subflows queue more)
+            Sysctl("net.ipv4.tcp_rmem", f"4096 {min(buf, round(cfg.rcvbuf_initial_kb * 1024))} {buf}"),
             # the sender holds as much, always: an MPTCP connection's data is freed
             # only by in-order DATA_ACKs, so it must hold everything sent in the
             # slowest subflow's round trip on all of them (Eq. 1 at the sender).

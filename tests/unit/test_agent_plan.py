@@ -46,10 +46,10 @@ def test_eq1_receive_buffer():
 def test_config_errors_name_every_problem():
     with pytest.raises(P.PlanError) as exc:
         _cfg(guarantee_mbps=150, wc_subflows=-1, address="10.0.0", policy="x", pair_limits_mbps={"h2": 5},
-             stale_loss_cnt=0, rto_min_ms=0.5, ecn="on", pace_bg=1)
+             stale_loss_cnt=0, rto_min_ms=0.5, ecn="on", pace_bg=1, rcvbuf_initial_kb=1)
     msg = str(exc.value)
     for part in ("guarantee_mbps 150", "wc_subflows -1", "address '10.0.0'", "policy 'x'", "'h2'",
-                 "stale_loss_cnt 0", "rto_min_ms 0.5", "ecn 'on'", "pace_bg 1"):
+                 "stale_loss_cnt 0", "rto_min_ms 0.5", "ecn 'on'", "pace_bg 1", "rcvbuf_initial_kb 1"):
         assert part in msg
     with pytest.raises(P.PlanError, match="unknown configuration keys"):
         _cfg(rate=5)
@@ -103,6 +103,11 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert P.mptcp_plan(_cfg(wc_subflows=0)) == [P.MptcpLimits(0, 0)]
     sysctls = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=500000)}
     assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"] == "4096 500000 500000"
+    # the window a connection opens with: rcvbuf_initial_kb (1 MiB), at most B
+    big = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=6_000_000)}
+    assert big["net.ipv4.tcp_rmem"] == "4096 1048576 6000000"
+    small = {s.key: s.value for s in P.sysctl_plan(_cfg(rcvbuf_initial_kb=64), rcvbuf_bytes=6_000_000)}
+    assert small["net.ipv4.tcp_rmem"] == "4096 65536 6000000"
     # the connection-level send buffer: tcp_wmem[0] is what an MPTCP socket holds beyond its subflows
     assert sysctls["net.ipv4.tcp_wmem"] == "500000 500000 500000"
     assert sysctls["net.mptcp.stale_loss_cnt"] == "4"
