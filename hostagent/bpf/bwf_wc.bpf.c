@@ -68,15 +68,6 @@ struct {
 /* no real window or threshold comes near this (16 M segments = 23 GB) */
 #define SANE_MAX		(1U << 24)
 
-/* A WC subflow leaves slow start at this window (segments) at the latest,
- * and grows by Eq. 7's alpha_w from there. WC joins links whose low queue
- * others' WC keeps full: doubling its window each round trip, a new WC
- * subflow overshot that queue before the first mark came back, and its
- * losses held its connection's in-order delivery -- BG's data included --
- * for up to a second (fig13: S2's BG at 0.26 of its guarantee 2.7 s after
- * restarting, in 1 run of 4). */
-#define WC_INIT_SSTHRESH 32
-
 struct bwf_ca {
 	__u32 counted;
 	__u32 key;
@@ -187,8 +178,6 @@ void BPF_PROG(bwf_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	__u64 a = ALPHA_SCALE, k = 1, alpha, w, acc, inc, cwnd, *p;
 	struct bwf_ca *ca;
 
-	if (!ca_of(sk)->counted && tp->snd_ssthresh > WC_INIT_SSTHRESH && tp->snd_cwnd < WC_INIT_SSTHRESH)
-		tp->snd_ssthresh = WC_INIT_SSTHRESH;	/* first ACK: see WC_INIT_SSTHRESH */
 	count_in(sk);
 	repair(tp);
 	if (!cwnd_limited(tp))
