@@ -94,7 +94,7 @@ static __always_inline void size_wc_sndbuf(struct bpf_sock_ops *skops)
  * connection idles), at least guarantee / n and at most the guarantee; and
  * its send buffer holds a round trip (srtt, which includes the host HTB's
  * queue) at that rate. A VM's only BG keeps the default send buffer: sized
- * to its round trip, the BG subflows of fig12 swung +-5 % (0.93-0.95 of
+ * to its round trip, the BG subflows of fig12 swung +-5 % (0.90-0.95 of
  * the guarantee in 0.5 s samples, against 0.98-0.99). WC subflows are not
  * paced: a ceiling at the NIC rate (which turns on the kernel's internal
  * pacing) moved Table 3's WC shares from 0.105 to 0.247 max relative
@@ -113,7 +113,6 @@ struct {
 	__type(value, __u32);		/* the VM (IPv4) this BG subflow is counted for */
 } bwf_bgsk SEC(".maps");
 
-#define BPF_TCP_CLOSE_STATE 7
 
 static __always_inline void count_bg(struct bpf_sock_ops *skops)
 {
@@ -227,7 +226,7 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		}
 		return 1;
 	case BPF_SOCK_OPS_STATE_CB:	/* enabled on MPTCP subflows only (above) */
-		if (skops->args[1] == BPF_TCP_CLOSE_STATE)
+		if (skops->args[1] == BPF_TCP_CLOSE)
 			uncount_bg(skops);
 		return 1;
 	case BPF_SOCK_OPS_RTT_CB:	/* enabled on MPTCP subflows only (above) */
