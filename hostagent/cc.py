@@ -11,8 +11,8 @@
   outlive the registering bpftool;
 - ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
   connection's first (BG) subflow and bwf_wc for its joins (WC), sizes WC's
-  send buffer, and paces BG at its share of the VM's guarantee; attached to the cgroup v2 root so that every
-  host namespace's sockets pass through it.
+  send buffer, and paces BG at its share of the VM's guarantee; attached to
+  the cgroup v2 root so that every host namespace's sockets pass through it.
 
 Compiled with clang against the running kernel's BTF (vmlinux.h generated
 by bpftool) into build/bpf/, rebuilt when a source is newer. Unloading
@@ -42,6 +42,7 @@ PACE_MAP_SPEC = ["type", "hash", "key", "4", "value", "8", "entries", "4096"]
 BGCOUNT_MAP = "bwf_bgcount"   # key = IPv4, value = the VM's established BG subflows (bwf_sockops keeps it)
 BGCOUNT_MAP_SPEC = ["type", "hash", "key", "4", "value", "4", "entries", "4096"]
 SOCKOPS_MAPS = ((PACE_MAP, PACE_MAP_SPEC), (BGCOUNT_MAP, BGCOUNT_MAP_SPEC))
+ALL_MAPS = (*MAPS, *(name for name, _ in SOCKOPS_MAPS))   # everything pinned in BPFFS
 CC_NAME = "bwf_wc"
 TOOLS = ("clang", "bpftool")
 
@@ -121,7 +122,7 @@ def status() -> dict:
     except CcError:
         pass
     return {"cc_registered": cc_registered(), "sockops_attached": attached,
-            "maps_pinned": [m for m in (*MAPS, *(n for n, _ in SOCKOPS_MAPS)) if (BPFFS / m).exists()]}
+            "maps_pinned": [m for m in ALL_MAPS if (BPFFS / m).exists()]}
 
 
 STAMP = BPFFS.parent / "bpf.build"   # beside the bpffs: it holds only BPF objects
@@ -186,7 +187,7 @@ def unload(wait_s: float = 10.0) -> dict:
         if time.monotonic() > deadline:
             raise CcError(f"bwf_wc is still in use by sockets after {wait_s:g} s; not unregistered")
         time.sleep(0.5)
-    for m in (*MAPS, *(n for n, _ in SOCKOPS_MAPS)):
+    for m in ALL_MAPS:
         if (BPFFS / m).exists():
             (BPFFS / m).unlink()
     if STAMP.exists():
