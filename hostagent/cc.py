@@ -1,7 +1,9 @@
 """Build, load and unload the BPF side of the host agent (once per machine):
 
 - ``bwf_wc`` (hostagent/bpf/bwf_wc.bpf.c): the WC subflows' congestion
-  control, a struct_ops Reno whose additive increase is A_l^2/K^2; its maps
+  control, a struct_ops Reno whose additive increase is A_l^2/K^2, registered
+  twice: ``bwf_wc``, and ``bwf_wc_ecn`` for subflows that negotiated ECN
+  (every packet ECN-capable, retransmissions included); its maps
   bwf_alevel (A_l per VM, written by agents), bwf_kcount (K per VM, kept
   by the CC itself) and bwf_wcfix (corrupt thresholds/windows it repaired,
   see the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace
@@ -10,7 +12,7 @@
   both created on their own: no bwf_wc program uses them, so they would not
   outlive the registering bpftool;
 - ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
-  connection's first (BG) subflow and bwf_wc for its joins (WC), sizes WC's
+  connection's first (BG) subflow and bwf_wc(_ecn) for its joins (WC), sizes WC's
   send buffer, and paces BG at its share of the VM's guarantee; attached to
   the cgroup v2 root so that every host namespace's sockets pass through it.
 
@@ -43,7 +45,7 @@ BGCOUNT_MAP = "bwf_bgcount"   # key = IPv4, value = the VM's established BG subf
 BGCOUNT_MAP_SPEC = ["type", "hash", "key", "4", "value", "4", "entries", "4096"]
 SOCKOPS_MAPS = ((PACE_MAP, PACE_MAP_SPEC), (BGCOUNT_MAP, BGCOUNT_MAP_SPEC))
 ALL_MAPS = (*MAPS, *(name for name, _ in SOCKOPS_MAPS))   # everything pinned in BPFFS
-CC_NAME = "bwf_wc"
+CC_NAMES = ("bwf_wc", "bwf_wc_ecn")   # one object registers both (see bwf_wc.bpf.c)
 TOOLS = ("clang", "bpftool")
 
 
@@ -111,8 +113,13 @@ def _pin_maps() -> None:
         _run(["bpftool", "map", "pin", "id", str(max(ids)), str(BPFFS / name)])
 
 
+def _registered() -> set[str]:
+    return set(CC_NAMES) & set(Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split())
+
+
 def cc_registered() -> bool:
-    return CC_NAME in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    """Both congestion controls registered."""
+    return _registered() == set(CC_NAMES)
 
 
 def status() -> dict:
@@ -144,16 +151,20 @@ def load() -> dict:
     stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"])
     # a sock_ops program without one of its maps pinned was loaded by a bwfabric that had no such map
     unpinned = PIN_SOCKOPS.exists() and not all((BPFFS / name).exists() for name, _ in SOCKOPS_MAPS)
-    if (cc_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp or unpinned):
+    if (_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp or unpinned):
         try:
             unload(wait_s=10)
         except CcError as exc:
             raise CcError(f"programs of an older build are loaded and could not be replaced: {exc}") from None
         _mount_bpffs()
     if not cc_registered():
+        if _registered():
+            raise CcError(f"only {', '.join(sorted(_registered()))} of {', '.join(CC_NAMES)} is registered: "
+                          "unload first (python -m hostagent.cc unload)")
         _run(["bpftool", "struct_ops", "register", str(objs["bwf_wc"])])
         if not cc_registered():
-            raise CcError("bpftool registered bwf_wc but the kernel does not list it")
+            raise CcError(f"bpftool registered {objs['bwf_wc'].name} but the kernel does not list "
+                          f"{' and '.join(CC_NAMES)}")
         _pin_maps()
     elif not all((BPFFS / m).exists() for m in MAPS):
         raise CcError(f"bwf_wc is registered but its maps are not pinned in {BPFFS}: unload it first "
@@ -179,13 +190,14 @@ def unload(wait_s: float = 10.0) -> dict:
                        capture_output=True)
         PIN_SOCKOPS.unlink()
     deadline = time.monotonic() + wait_s
-    while cc_registered():
-        res = subprocess.run(["bpftool", "struct_ops", "unregister", "name", CC_NAME], capture_output=True,
-                             text=True)
-        if res.returncode == 0 and not cc_registered():
+    while _registered():
+        for name in sorted(_registered()):
+            subprocess.run(["bpftool", "struct_ops", "unregister", "name", name], capture_output=True, text=True)
+        if not _registered():
             break
         if time.monotonic() > deadline:
-            raise CcError(f"bwf_wc is still in use by sockets after {wait_s:g} s; not unregistered")
+            raise CcError(f"{', '.join(sorted(_registered()))} still in use by sockets after {wait_s:g} s; "
+                          "not unregistered")
         time.sleep(0.5)
     for m in ALL_MAPS:
         if (BPFFS / m).exists():

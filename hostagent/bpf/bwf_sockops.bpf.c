@@ -52,6 +52,30 @@ static __always_inline int is_join(struct bpf_sock_ops *skops)
 	return msk->first != (struct sock *)sk;
 }
 
+/* bwf_wc_ecn if the subflow agreed on (RFC 3168) ECN, else bwf_wc. The
+ * former keeps every packet ECT, retransmissions included: the kernel clears
+ * ECT on them otherwise, and a WC queue's random early drop of a
+ * retransmission costs its subflow a timeout, which its connection's BG
+ * waits out in MPTCP's in-order delivery. It can only be chosen once the
+ * handshake is over: a TCP_CONG_NEEDS_ECN congestion control set at connect
+ * time asks for ECN whatever the host's tcp_ecn, and makes the socket ECT
+ * even when the peer refuses ECN (unresponsive to the marks it would get). */
+#define ECN_MODE_BITS 3		/* tcp_sock.ecn_flags: 1 = RFC 3168 ECN, 2 = AccECN */
+static __always_inline void set_wc_cc(struct bpf_sock_ops *skops)
+{
+	char wc[] = "bwf_wc";
+	char wc_ecn[] = "bwf_wc_ecn";
+	struct bpf_sock *sk = skops->sk;
+	struct tcp_sock *tp = 0;
+
+	if (sk)
+		tp = bpf_skc_to_tcp_sock(sk);
+	if (tp && (tp->ecn_flags & ECN_MODE_BITS) == 1)
+		bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, wc_ecn, sizeof(wc_ecn));
+	else
+		bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, wc, sizeof(wc));
+}
+
 /* no real window comes near this: bwf_wc repairs a corrupt one (see its
  * source) at the next ACK; until then the buffer keeps its size */
 #define SANE_CWND (1U << 24)
@@ -196,7 +220,6 @@ static __always_inline void pace_bg(struct bpf_sock_ops *skops)
 SEC("sockops")
 int bwf_sockops(struct bpf_sock_ops *skops)
 {
-	char wc[] = "bwf_wc";
 	char bg[] = "reno";
 	int join;
 
@@ -206,9 +229,11 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		join = is_join(skops);
 		if (join < 0)
 			return 1;
-		if (join)
-			bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, wc, sizeof(wc));
-		else
+		/* a joining WC subflow gets its congestion control once
+		 * established, when it is known whether ECN was agreed */
+		if (join && skops->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+			set_wc_cc(skops);
+		else if (!join)
 			bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, bg, sizeof(bg));
 		/* MPTCP subflows only: no lookup per ACK for plain TCP */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG |
@@ -218,9 +243,10 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		return 1;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 		join = is_join(skops);
-		if (join == 1)
+		if (join == 1) {
+			set_wc_cc(skops);
 			size_wc_sndbuf(skops);
-		else if (join == 0) {
+		} else if (join == 0) {
 			count_bg(skops);
 			pace_bg(skops);
 		}

@@ -65,6 +65,8 @@ struct {
 } bwf_wcfix SEC(".maps");
 
 #define TCP_INFINITE_SSTHRESH	0x7fffffff
+/* include/net/tcp.h: ECT on every packet, retransmissions included (DCTCP's flag) */
+#define TCP_CONG_NEEDS_ECN	0x2
 /* no real window or threshold comes near this (16 M segments = 23 GB) */
 #define SANE_MAX		(1U << 24)
 
@@ -241,4 +243,23 @@ struct tcp_congestion_ops bwf_wc = {
 	.undo_cwnd	= (void *)bwf_undo_cwnd,
 	.pkts_acked	= (void *)bwf_pkts_acked,
 	.name		= "bwf_wc",
+};
+
+/* The same congestion control for subflows that negotiated ECN: every packet
+ * ECN-capable, retransmissions included (the kernel clears ECT on them
+ * otherwise, and a WC queue's random early drop of a retransmission costs a
+ * timeout, during which the connection's BG waits in MPTCP's in-order
+ * delivery). Chosen by bwf_sockops once a subflow is established: setting a
+ * TCP_CONG_NEEDS_ECN congestion control makes the socket ECT whether or not
+ * the peer agreed to ECN, which only an ECN connection may be. */
+SEC(".struct_ops")
+struct tcp_congestion_ops bwf_wc_ecn = {
+	.init		= (void *)bwf_init,
+	.release	= (void *)bwf_release,
+	.cong_avoid	= (void *)bwf_cong_avoid,
+	.ssthresh	= (void *)bwf_ssthresh,
+	.undo_cwnd	= (void *)bwf_undo_cwnd,
+	.pkts_acked	= (void *)bwf_pkts_acked,
+	.flags		= TCP_CONG_NEEDS_ECN,
+	.name		= "bwf_wc_ecn",
 };

@@ -145,6 +145,9 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     info = {("wc" if "bwf_wc" in ln else "bg"): ln for ln in ss.splitlines() if "tcp-ulp-mptcp" in ln}
     tb = {k: int(__import__("re").search(r"\btb(\d+)", ln).group(1)) for k, ln in info.items()}
     cwnd, mss = (int(__import__("re").search(rf"\b{f}:(\d+)", info["wc"]).group(1)) for f in ("cwnd", "mss"))
+    # ECN agreed (the agents' default, tcp_ecn=1 on both hosts): bwf_sockops gave the WC subflow bwf_wc_ecn
+    # (retransmissions stay ECN-capable)
+    assert " bwf_wc_ecn " in info["wc"], info["wc"]
     print(f"send buffers {tb}, WC cwnd {cwnd} x mss {mss}")
     # set from the cwnd of the last RTT sample (ss reads a later one): a multiple of 2 x (MSS + 1 KiB)
     assert tb["wc"] == 65536 or tb["wc"] % (2 * (mss + 1024)) == 0, (tb, cwnd, mss)
