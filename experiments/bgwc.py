@@ -101,6 +101,7 @@ class Config:
     rto_min_ms: float = 0.0        # hosts' TCP minimum RTO; 0: the kernel's (200 ms)
     ecn: bool = True               # hosts ask for ECN: with wc_aqm, WC queues mark CE instead of dropping
     pace_bg: bool = True           # agents pace BG at its guarantee (what MPTCP's scheduler needs to feed WC)
+    rcvbuf_initial_kb: float = 0.0  # agents' tcp_rmem[1] (up to Eq. 1's B); 0: the agents' default (1 MiB)
     trace: bool = False            # record every sender's subflows (ss) at each sample: stall diagnosis
     of_port: int = 6653
 
@@ -121,6 +122,8 @@ class Config:
             raise OptionError(f"option mtu={self.mtu}: 576..9000")
         if not 2 * self.mtu / 1000 <= self.queue_kb <= 100_000:
             raise OptionError(f"option queue_kb={self.queue_kb:g}: at least two packets of the MTU, at most 100000")
+        if self.rcvbuf_initial_kb and not 4 <= self.rcvbuf_initial_kb <= 65536:
+            raise OptionError(f"option rcvbuf_initial_kb={self.rcvbuf_initial_kb:g}: 4..65536, or 0 for the agents'")
         if self.rto_min_ms and not 1 <= self.rto_min_ms <= 1000:
             raise OptionError(f"option rto_min_ms={self.rto_min_ms:g}: 1..1000, or 0 for the kernel's")
 
@@ -405,14 +408,17 @@ def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy
     for h in PAIR.values():   # receivers: endpoints for the joins; their BG is the BG subflows' ACKs
         agents.configure(h, guarantee_mbps=cfg.link_mbps, wc_subflows=cfg.wc_subflows, policy="equal",
                          beta=cfg.beta, stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None,
-                         ecn=cfg.ecn, pace_bg=cfg.pace_bg)
+                         ecn=cfg.ecn, pace_bg=cfg.pace_bg, **_rcvbuf(cfg))
     for snd, g in guarantees.items():
         extra = {"competition": explicit[snd]} if explicit and snd in explicit else {}
         agents.configure(snd, guarantee_mbps=g, wc_subflows=wc_subflows or cfg.wc_subflows,
                          policy="explicit" if extra else policy, unit_mbps=cfg.unit_mbps, beta=cfg.beta,
                          stale_loss_cnt=cfg.stale_loss_cnt, rto_min_ms=cfg.rto_min_ms or None, ecn=cfg.ecn,
-                         pace_bg=cfg.pace_bg,
-                         **extra)
+                         pace_bg=cfg.pace_bg, **_rcvbuf(cfg), **extra)
+
+
+def _rcvbuf(cfg: Config) -> dict:
+    return {"rcvbuf_initial_kb": cfg.rcvbuf_initial_kb} if cfg.rcvbuf_initial_kb else {}
 
 
 def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:

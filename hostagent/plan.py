@@ -67,7 +67,7 @@ class HostConfig:
     rtt_hint_ms: float = 50.0      # Eq. 1's maxRTT until live subflows are measured
     # a connection's receive window when it opens (tcp_rmem[1], at most Eq. 1's
     # B; autotuning grows it to B): see sysctl_plan
-    rcvbuf_initial_kb: float = 1024.0
+    rcvbuf_initial_kb: float = 3072.0
     # MPTCP-level retransmission intervals a subflow may sit on unacknowledged
     # data before the kernel calls it stale and re-sends its data on the
     # others (net.mptcp.stale_loss_cnt; the kernel's default is 4)
@@ -268,15 +268,17 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # 1: ask for ECN on connections this host opens (and accept it);
             # 2, the kernel's default: accept it only
             Sysctl("net.ipv4.tcp_ecn", "1" if cfg.ecn else "2"),
-            # a connection's receive window opens at rcvbuf_initial_kb (1 MiB): WC's
+            # a connection's receive window opens at rcvbuf_initial_kb (3 MiB): WC's
             # slow start overshoots its queue, and BG's data behind a WC hole waits
-            # in the connection's out-of-order queue. With the kernel's 128 KiB
-            # (autotuning grows it a round trip at a time) that filled the window
-            # and stalled BG: fig12's first seconds 0.90-0.99 of the guarantee,
-            # fig13's restart back in 1.3-3.8 s. With 1 MiB 0.985-0.99 and 1.6 s;
-            # with all of B (6 MB at beta 10) the same, but Table 3's WC shares
-            # went from 0.02-0.07 to 0.03-0.14 max relative error per row (the large
-            # windows let the most aggressive WC subflows queue more)
+            # in the connection's out-of-order queue for at least one WC round trip
+            # (a full WC queue: 200-400 ms on the 60 Mb/s testbed). With the kernel's
+            # 128 KiB (autotuning grows it a round trip at a time) that filled the
+            # window and stalled BG: fig12's first seconds 0.90-0.99 of the
+            # guarantee, fig13's restart back in 1.3-3.8 s. At 60 Mb/s: 1 MiB
+            # brought S2 back within 2 s in 2 of 4 fig13 runs, 3 MiB in 4 of 4;
+            # all of B (6+ MB at beta 10) too, but Table 3's WC shares then strayed
+            # to 0.18 max relative error per row (0.137 at 3 MiB, 0.148 at 1 MiB):
+            # the large windows let the most aggressive WC subflows queue more
             Sysctl("net.ipv4.tcp_rmem", f"4096 {min(buf, round(cfg.rcvbuf_initial_kb * 1024))} {buf}"),
             # the sender holds as much, always: an MPTCP connection's data is freed
             # only by in-order DATA_ACKs, so it must hold everything sent in the

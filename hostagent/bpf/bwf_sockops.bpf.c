@@ -4,7 +4,8 @@
  *
  * The first subflow of an MPTCP connection is the bandwidth-guarantee (BG)
  * subflow: Reno, paced at its share of its VM's guarantee (see pace_bg). Every
- * MP_JOIN subflow is work conservation (WC): bwf_wc, and a send buffer that
+ * MP_JOIN subflow is work conservation (WC): bwf_wc (bwf_wc_ecn if it agreed
+ * on ECN, see set_wc_cc), and a send buffer that
  * follows its window: 2 x cwnd x (MSS + 1 KiB), about what TCP's own
  * autotuning gives a window (the KiB is a packet's buffer overhead: send
  * buffers count memory, not payload), at least 2 x SNDBUF_MIN, set again at

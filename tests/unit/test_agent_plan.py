@@ -103,9 +103,9 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert P.mptcp_plan(_cfg(wc_subflows=0)) == [P.MptcpLimits(0, 0)]
     sysctls = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=500000)}
     assert sysctls["net.mptcp.enabled"] == "1" and sysctls["net.ipv4.tcp_rmem"] == "4096 500000 500000"
-    # the window a connection opens with: rcvbuf_initial_kb (1 MiB), at most B
+    # the window a connection opens with: rcvbuf_initial_kb (3 MiB), at most B
     big = {s.key: s.value for s in P.sysctl_plan(cfg, rcvbuf_bytes=6_000_000)}
-    assert big["net.ipv4.tcp_rmem"] == "4096 1048576 6000000"
+    assert big["net.ipv4.tcp_rmem"] == "4096 3145728 6000000"
     small = {s.key: s.value for s in P.sysctl_plan(_cfg(rcvbuf_initial_kb=64), rcvbuf_bytes=6_000_000)}
     assert small["net.ipv4.tcp_rmem"] == "4096 65536 6000000"
     # the connection-level send buffer: tcp_wmem[0] is what an MPTCP socket holds beyond its subflows
@@ -245,10 +245,11 @@ def test_bgwc_config_refuses_bad_options_by_name():
     from experiments.options import OptionError
     Config(queue_kb=1000).check()
     for bad, name in ((dict(queue_kb=2), "queue_kb"), (dict(queue_kb=10, mtu=9000), "queue_kb"), (dict(mtu=100), "mtu"), (dict(kind="fig99"), "kind"),
-                      (dict(beta=0), "beta"), (dict(reps=0), "reps")):
+                      (dict(beta=0), "beta"), (dict(reps=0), "reps"), (dict(rcvbuf_initial_kb=2), "rcvbuf_initial_kb")):
         with pytest.raises(OptionError, match=name):
             Config(**bad).check()
     Config(queue_kb=10, mtu=1500).check()       # two 1500-byte packets fit in 10 KB
+    Config(rcvbuf_initial_kb=0).check()         # 0: the agents' default
 
 
 SS_STALL = """ESTAB 0 2895360 10.0.0.1:48252 10.0.0.5:7100
