@@ -234,16 +234,20 @@ void BPF_PROG(bwf_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 	repair(tcp_sk_of(sk));
 }
 
-SEC(".struct_ops")
-struct tcp_congestion_ops bwf_wc = {
-	.init		= (void *)bwf_init,
-	.release	= (void *)bwf_release,
-	.cong_avoid	= (void *)bwf_cong_avoid,
-	.ssthresh	= (void *)bwf_ssthresh,
-	.undo_cwnd	= (void *)bwf_undo_cwnd,
-	.pkts_acked	= (void *)bwf_pkts_acked,
-	.name		= "bwf_wc",
-};
+#define BWF_WC_OPS(var, cc_flags)					\
+	SEC(".struct_ops")						\
+	struct tcp_congestion_ops var = {				\
+		.init		= (void *)bwf_init,			\
+		.release	= (void *)bwf_release,			\
+		.cong_avoid	= (void *)bwf_cong_avoid,		\
+		.ssthresh	= (void *)bwf_ssthresh,			\
+		.undo_cwnd	= (void *)bwf_undo_cwnd,		\
+		.pkts_acked	= (void *)bwf_pkts_acked,		\
+		.flags		= cc_flags,				\
+		.name		= #var,					\
+	}
+
+BWF_WC_OPS(bwf_wc, 0);
 
 /* The same congestion control for subflows that negotiated ECN: every packet
  * ECN-capable, retransmissions included (the kernel clears ECT on them
@@ -252,14 +256,4 @@ struct tcp_congestion_ops bwf_wc = {
  * delivery). Chosen by bwf_sockops once a subflow is established: setting a
  * TCP_CONG_NEEDS_ECN congestion control makes the socket ECT whether or not
  * the peer agreed to ECN, which only an ECN connection may be. */
-SEC(".struct_ops")
-struct tcp_congestion_ops bwf_wc_ecn = {
-	.init		= (void *)bwf_init,
-	.release	= (void *)bwf_release,
-	.cong_avoid	= (void *)bwf_cong_avoid,
-	.ssthresh	= (void *)bwf_ssthresh,
-	.undo_cwnd	= (void *)bwf_undo_cwnd,
-	.pkts_acked	= (void *)bwf_pkts_acked,
-	.flags		= TCP_CONG_NEEDS_ECN,
-	.name		= "bwf_wc_ecn",
-};
+BWF_WC_OPS(bwf_wc_ecn, TCP_CONG_NEEDS_ECN);
