@@ -74,7 +74,7 @@ class Config:
     # 60 Mb/s links for the paper's 1 Gb/s: at 100 Mb/s OVS's one forwarding
     # thread ran at 97-100 % of a core and its port sockets dropped packets of
     # every class in about a third of the runs (3-1697 per run, every such run
-    # missing a target); at 60 Mb/s none in 55 runs (see the README)
+    # missing a target); at 60 Mb/s none in 66 runs (see the README)
     link_mbps: float = 60.0
     duration: float = 30.0
     sample_s: float = 0.5

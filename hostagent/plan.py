@@ -275,7 +275,7 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # 128 KiB (autotuning grows it a round trip at a time) that filled the
             # window and stalled BG: fig12's first seconds 0.90-0.99 of the
             # guarantee, fig13's restart back in 1.3-3.8 s. At 60 Mb/s: 1 MiB
-            # brought S2 back within 2 s in 2 of 4 fig13 runs, 3 MiB in 4 of 4;
+            # brought S2 back within 2 s in 2 of 4 fig13 runs, 3 MiB in 8 of 8;
             # all of B (6+ MB at beta 10) too, but Table 3's WC shares then strayed
             # to 0.18 max relative error per row (0.137 at 3 MiB, 0.148 at 1 MiB):
             # the large windows let the most aggressive WC subflows queue more
