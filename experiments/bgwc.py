@@ -101,7 +101,7 @@ class Config:
     rto_min_ms: float = 0.0        # hosts' TCP minimum RTO; 0: the kernel's (200 ms)
     ecn: bool = True               # hosts ask for ECN: with wc_aqm, WC queues mark CE instead of dropping
     pace_bg: bool = True           # agents pace BG at its guarantee (what MPTCP's scheduler needs to feed WC)
-    rcvbuf_initial_kb: float = 0.0  # agents' tcp_rmem[1] (up to Eq. 1's B); 0: the agents' default (1 MiB)
+    rcvbuf_initial_kb: float = 0.0  # agents' tcp_rmem[1] (up to Eq. 1's B); 0: the agents' default (3 MiB)
     trace: bool = False            # record every sender's subflows (ss) at each sample: stall diagnosis
     of_port: int = 6653
 
