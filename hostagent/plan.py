@@ -18,7 +18,7 @@ The host's shape, per the paper:
 - the WC congestion control reads A_l for this VM from a BPF map keyed by
   the VM's IPv4 address (all Mininet hosts share one kernel);
 - tcp_rmem's ceiling (per network namespace) holds Eq. 1's buffer, its
-  initial size up to 1 MiB of it.
+  initial size up to ``rcvbuf_initial_kb`` (3 MiB) of it.
 """
 
 from __future__ import annotations
