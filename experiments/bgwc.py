@@ -202,10 +202,17 @@ class Meter:
             self._stop.wait(self.period_s)
 
     def subflow_states(self) -> dict[str, list[dict]]:
-        """Each sender's MPTCP subflows as ``ss`` shows them (cwnd, RTO,
-        backoff, unacked, lost ...): what a stalled connection looks like."""
-        from hostagent.observe import subflow_states
-        return {snd: subflow_states(self.fab.run_in(snd, "ss", "-tinH").stdout) for snd in SENDERS}
+        """Each sender's and receiver's MPTCP subflows as ``ss`` shows them
+        (cwnd, RTO, backoff, unacked, lost, windows, rates ...), and each
+        host's MPTCP sockets' queues (``<host>.msk``: Recv-Q holds the data
+        waiting for an earlier hole at the connection level): what a stalled
+        connection looks like."""
+        from hostagent.observe import msk_queues, subflow_states
+        out: dict[str, list[dict]] = {}
+        for host in (*SENDERS, *PAIR.values()):
+            out[host] = subflow_states(self.fab.run_in(host, "ss", "-tinH").stdout)
+            out[host + ".msk"] = msk_queues(self.fab.run_in(host, "ss", "-MinH").stdout)
+        return out
 
     def count_subflows(self) -> dict[str, dict[str, int]]:
         """Per sender: its MPTCP subflows by kind (first = BG, joins = WC),

@@ -105,7 +105,9 @@ class BufferSizer:
 
 
 _FIELDS = {name: re.compile(rf"\b{name}:(\d+(?:\.\d+)?)") for name in
-           ("cwnd", "rtt", "ssthresh", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent")}
+           ("cwnd", "rtt", "ssthresh", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent",
+            "snd_wnd", "rcv_ssthresh", "rcv_space", "bytes_acked", "bytes_received")}
+_BPS = {name: re.compile(rf"\b{name} (\d+)bps") for name in ("pacing_rate", "delivery_rate")}
 _RETRANS = re.compile(r"\bretrans:\d+/(\d+)")
 _LIMITED = {name: re.compile(rf"\b{name}:\d+ms\(([\d.]+)%\)") for name in ("rwnd_limited", "sndbuf_limited")}
 _FLAGS = re.compile(r"\btcp-ulp-mptcp flags:(\w+)")
@@ -116,8 +118,10 @@ def subflow_states(text: str) -> list[dict]:
     its role (``bg``: the connection's first subflow, flags ``M``; ``wc``: a
     join, flags ``J``), local and remote port, Send-Q, cwnd, rto (ms),
     backoff (consecutive RTOs), unacked and lost segments, total
-    retransmissions, ms since its last ACK and last send, and the share of
-    its busy time limited by the receiver's window and by its send buffer."""
+    retransmissions, ms since its last ACK and last send, the peer's window
+    and its own (snd_wnd, rcv_ssthresh, rcv_space), bytes acked and
+    received, pacing and delivery rates (bit/s), and the share of its busy
+    time limited by the receiver's window and by its send buffer."""
     out = []
     header = None
     for line in text.splitlines():
@@ -133,6 +137,9 @@ def subflow_states(text: str) -> list[dict]:
         for name, rx in _FIELDS.items():
             m = rx.search(line)
             st[name] = float(m.group(1)) if m else 0.0
+        for name, rx in _BPS.items():
+            m = rx.search(line)
+            st[name] = float(m.group(1)) if m else 0.0
         m = _RETRANS.search(line)
         st["retrans"] = int(m.group(1)) if m else 0
         for name, rx in _LIMITED.items():     # % of the subflow's busy time so far
@@ -140,3 +147,25 @@ def subflow_states(text: str) -> list[dict]:
             st[name] = float(m.group(1)) if m else 0.0
         out.append(st)
     return out
+
+
+def msk_queues(text: str) -> list[dict]:
+    """Per MPTCP socket of ``ss -MinH`` output: its addresses, its
+    connection-level Recv-Q and Send-Q (bytes), and -- from its info line,
+    when there is one -- its data-level sequence numbers (write_seq,
+    snd_una, rcv_nxt, as integers)."""
+    out: list[dict] = []
+    for line in text.splitlines():
+        f = line.split()
+        if line.startswith((" ", "\t")):
+            if out:
+                for name, rx in _MSK_SEQ.items():
+                    m = rx.search(line)
+                    if m:
+                        out[-1][name] = int(m.group(1), 16)
+        elif len(f) >= 5 and f[1].isdigit() and f[2].isdigit():
+            out.append({"local": f[3], "peer": f[4], "recv_q": int(f[1]), "send_q": int(f[2])})
+    return out
+
+
+_MSK_SEQ = {name: re.compile(rf"\b{name}:([0-9a-f]+)") for name in ("write_seq", "snd_una", "rcv_nxt")}

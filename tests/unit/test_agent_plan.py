@@ -253,7 +253,7 @@ def test_bgwc_config_refuses_bad_options_by_name():
 
 
 SS_STALL = """ESTAB 0 2895360 10.0.0.1:48252 10.0.0.5:7100
-\t reno wscale:9,9 rto:204 rtt:2.1/0.3 mss:8948 cwnd:12 ssthresh:9 bytes_acked:9437 unacked:9 retrans:0/3 lastsnd:4 lastack:4 tcp-ulp-mptcp flags:Mmec token:0000(id:0)/1a1bf318(id:0) seq:1 sfseq:1 ssnoff:1 maplen:0
+\t reno wscale:9,9 rto:204 rtt:2.1/0.3 mss:8948 cwnd:12 ssthresh:9 bytes_acked:9437 pacing_rate 22050000bps delivery_rate 20811000bps unacked:9 retrans:0/3 lastsnd:4 rcv_ssthresh:64076 snd_wnd:524288 lastack:4 tcp-ulp-mptcp flags:Mmec token:0000(id:0)/1a1bf318(id:0) seq:1 sfseq:1 ssnoff:1 maplen:0
 ESTAB 0 65536 10.0.0.1:39817 10.0.0.5:10101
 \t bwf_wc wscale:9,9 rto:1632 backoff:3 rtt:48.2/12 mss:8948 cwnd:1 ssthresh:2 unacked:4 lost:4 retrans:1/57 lastsnd:812 lastack:1630 busy:900ms rwnd_limited:450ms(50.0%) tcp-ulp-mptcp flags:Jjec token:c5a26b77(id:0)/1a1bf318(id:0) seq:1 sfseq:0 ssnoff:2 maplen:0
 ESTAB 0 0 10.0.0.1:22 10.0.0.9:5000
@@ -269,6 +269,8 @@ def test_subflow_states_tell_a_wc_subflow_in_rto_backoff():
     assert (wc["rwnd_limited"], bg["rwnd_limited"]) == (50.0, 0.0)
     assert wc["local"] == "10.0.0.1:39817" and wc["peer"] == "10.0.0.5:10101" and wc["retrans"] == 57
     assert (wc["rtt"], wc["ssthresh"], bg["rtt"]) == (48.2, 2, 2.1)      # smoothed RTT (ms), not minrtt
+    assert (bg["pacing_rate"], bg["delivery_rate"], wc["pacing_rate"]) == (22050000, 20811000, 0)
+    assert (bg["snd_wnd"], bg["rcv_ssthresh"], bg["bytes_acked"]) == (524288, 64076, 9437)
 
 
 def test_meter_rates_use_each_counters_own_read_times():
@@ -282,3 +284,15 @@ def test_meter_rates_use_each_counters_own_read_times():
     assert rows[0]["bg-s1"] == pytest.approx(10.0) and rows[0]["bg-s2"] == pytest.approx(10.0)
     assert rows[1]["bg-s2"] == pytest.approx(10.0)          # 1.125 MB in 0.9 s
     assert rows[1]["wc-s1"] == 0.0                           # a counter first seen: no interval yet
+
+
+def test_msk_queues_read_connection_level_queues():
+    from hostagent.observe import msk_queues
+    text = ("ESTAB 87274  0      10.0.0.5:7100 10.0.0.1:57146\n"
+            "\t subflows_max:2 remote_key token:c11aac25 write_seq:851998a43820943c snd_una:851998a43820943c "
+            "rcv_nxt:baa8cf898a27484a\n"
+            "LISTEN 0 4096 0.0.0.0:7100 0.0.0.0:*\n")
+    assert msk_queues(text) == [{"local": "10.0.0.5:7100", "peer": "10.0.0.1:57146", "recv_q": 87274, "send_q": 0,
+                                 "write_seq": 0x851998a43820943c, "snd_una": 0x851998a43820943c,
+                                 "rcv_nxt": 0xbaa8cf898a27484a},
+                                {"local": "0.0.0.0:7100", "peer": "0.0.0.0:*", "recv_q": 0, "send_q": 4096}]
