@@ -104,12 +104,14 @@ class BufferSizer:
         return want
 
 
-_FIELDS = {name: re.compile(rf"\b{name}:(\d+(?:\.\d+)?)") for name in
-           ("cwnd", "rtt", "ssthresh", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent",
-            "snd_wnd", "rcv_ssthresh", "rcv_space", "bytes_acked", "bytes_received")}
-_BPS = {name: re.compile(rf"\b{name} (\d+)bps") for name in ("pacing_rate", "delivery_rate")}
+# each field's number is the pattern's first group; absent fields read 0
+_FIELDS = {**{name: re.compile(rf"\b{name}:(\d+(?:\.\d+)?)") for name in
+              ("cwnd", "rtt", "ssthresh", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent",
+               "snd_wnd", "rcv_ssthresh", "rcv_space", "bytes_acked", "bytes_received")},
+           **{name: re.compile(rf"\b{name} (\d+)bps") for name in ("pacing_rate", "delivery_rate")},
+           # % of the subflow's busy time so far
+           **{name: re.compile(rf"\b{name}:\d+ms\(([\d.]+)%\)") for name in ("rwnd_limited", "sndbuf_limited")}}
 _RETRANS = re.compile(r"\bretrans:\d+/(\d+)")
-_LIMITED = {name: re.compile(rf"\b{name}:\d+ms\(([\d.]+)%\)") for name in ("rwnd_limited", "sndbuf_limited")}
 _FLAGS = re.compile(r"\btcp-ulp-mptcp flags:(\w+)")
 
 
@@ -137,16 +139,13 @@ def subflow_states(text: str) -> list[dict]:
         for name, rx in _FIELDS.items():
             m = rx.search(line)
             st[name] = float(m.group(1)) if m else 0.0
-        for name, rx in _BPS.items():
-            m = rx.search(line)
-            st[name] = float(m.group(1)) if m else 0.0
         m = _RETRANS.search(line)
         st["retrans"] = int(m.group(1)) if m else 0
-        for name, rx in _LIMITED.items():     # % of the subflow's busy time so far
-            m = rx.search(line)
-            st[name] = float(m.group(1)) if m else 0.0
         out.append(st)
     return out
+
+
+_MSK_SEQ = {name: re.compile(rf"\b{name}:([0-9a-f]+)") for name in ("write_seq", "snd_una", "rcv_nxt")}
 
 
 def msk_queues(text: str) -> list[dict]:
@@ -167,5 +166,3 @@ def msk_queues(text: str) -> list[dict]:
             out.append({"local": f[3], "peer": f[4], "recv_q": int(f[1]), "send_q": int(f[2])})
     return out
 
-
-_MSK_SEQ = {name: re.compile(rf"\b{name}:([0-9a-f]+)") for name in ("write_seq", "snd_una", "rcv_nxt")}
