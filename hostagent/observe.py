@@ -108,7 +108,7 @@ class BufferSizer:
 _FIELDS = {**{name: re.compile(rf"\b{name}:(\d+(?:\.\d+)?)") for name in
               ("cwnd", "rtt", "ssthresh", "rto", "backoff", "unacked", "lost", "lastack", "lastsnd", "notsent",
                "snd_wnd", "rcv_ssthresh", "rcv_space", "bytes_acked", "bytes_received")},
-           **{name: re.compile(rf"\b{name} (\d+)bps") for name in ("pacing_rate", "delivery_rate")},
+           "pacing_rate": re.compile(r"\bpacing_rate (\d+)bps"), "delivery_rate": _RATE,
            # % of the subflow's busy time so far
            **{name: re.compile(rf"\b{name}:\d+ms\(([\d.]+)%\)") for name in ("rwnd_limited", "sndbuf_limited")}}
 _RETRANS = re.compile(r"\bretrans:\d+/(\d+)")

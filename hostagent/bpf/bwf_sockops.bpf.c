@@ -38,7 +38,7 @@ char _license[] SEC("license") = "GPL";
 #define TCP_CONGESTION 13
 #define SO_MAX_PACING_RATE 47
 #define TCP_NOTSENT_LOWAT 25
-#define WC_NOTSENT_DIV 4	/* WC's unsent data: at most a quarter window (see size_wc_sndbuf) */
+#define WC_NOTSENT_DIV 4	/* WC's unsent data: at most a quarter window (see size_wc_buffers) */
 #define SNDBUF_MIN (32 * 1024)	/* the kernel doubles it: 64 KiB */
 
 /* reused from bwf_wc's pinned maps at load time (bpftool ... map name) */
@@ -90,8 +90,14 @@ static __always_inline void set_wc_cc(struct bpf_sock_ops *skops)
  * source) at the next ACK; until then the buffer keeps its size */
 #define SANE_CWND (1U << 24)
 
-/* WC's send buffer follows its window */
-static __always_inline void size_wc_sndbuf(struct bpf_sock_ops *skops)
+/* a byte count for an int socket option */
+static __always_inline int sockopt_int(__u64 v)
+{
+	return v > 0x3fffffff ? 0x3fffffff : (int)v;
+}
+
+/* WC's send buffer, and how much of it may be unsent, follow its window */
+static __always_inline void size_wc_buffers(struct bpf_sock_ops *skops)
 {
 	__u64 want;
 	int val;
@@ -99,7 +105,7 @@ static __always_inline void size_wc_sndbuf(struct bpf_sock_ops *skops)
 	if (skops->snd_cwnd >= SANE_CWND)
 		return;
 	want = (__u64)skops->snd_cwnd * (skops->mss_cache + 1024);	/* x2 by the kernel */
-	val = want > 0x3fffffff ? 0x3fffffff : (int)want;
+	val = sockopt_int(want);
 
 	if (val < SNDBUF_MIN)
 		val = SNDBUF_MIN;
@@ -108,7 +114,7 @@ static __always_inline void size_wc_sndbuf(struct bpf_sock_ops *skops)
 	want = (__u64)skops->snd_cwnd * skops->mss_cache / WC_NOTSENT_DIV;
 	if (want < 2 * (__u64)skops->mss_cache)
 		want = 2 * (__u64)skops->mss_cache;
-	val = want > 0x3fffffff ? 0x3fffffff : (int)want;
+	val = sockopt_int(want);
 	bpf_setsockopt(skops, SOL_TCP, TCP_NOTSENT_LOWAT, &val, sizeof(val));
 }
 
@@ -200,7 +206,7 @@ static __always_inline void size_bg_sndbuf(struct bpf_sock_ops *skops, __u64 rat
 	if (!srtt_us || !mss)
 		return;
 	want = rate * srtt_us / 1000000 * (mss + 1024) / mss;	/* x2 by the kernel */
-	val = want > 0x3fffffff ? 0x3fffffff : (int)want;
+	val = sockopt_int(want);
 	if (val < SNDBUF_MIN)
 		val = SNDBUF_MIN;
 	bpf_setsockopt(skops, SOL_SOCKET, SO_SNDBUF, &val, sizeof(val));
@@ -261,7 +267,7 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		join = is_join(skops);
 		if (join == 1) {
 			set_wc_cc(skops);
-			size_wc_sndbuf(skops);
+			size_wc_buffers(skops);
 		} else if (join == 0) {
 			count_bg(skops);
 			pace_bg(skops);
@@ -273,7 +279,7 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		return 1;
 	case BPF_SOCK_OPS_RTT_CB:	/* enabled on MPTCP subflows only (above) */
 		if (is_join(skops) == 1)
-			size_wc_sndbuf(skops);
+			size_wc_buffers(skops);
 		else
 			pace_bg(skops);
 		return 1;
