@@ -318,11 +318,15 @@ def _measured(fab: Fabric, cfg: Config, scenario) -> tuple[list[dict], dict | No
         _quiesce(fab)
     if meter.trace is not None:
         TRACES.append(meter.trace)
+    RUN_T0S.append(round(meter.t0, 6))
     return meter.rates(), meter.subflows
 
 
 # subflow traces of the runs of one experiment (option trace=1), in run order
 TRACES: list[list[dict]] = []
+# when each run's clock (its samples' t = 0) started, Unix time: to line the
+# samples up with logs and kernel traces taken outside the experiment
+RUN_T0S: list[float] = []
 
 
 def _quiesce(fab: Fabric, timeout_s: float = 20.0) -> None:
@@ -389,6 +393,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
         fab.wait_routes(60)
         report["warnings"] = list(fab.warnings)
         TRACES.clear()
+        RUN_T0S.clear()
         drops_before = ovs.packet_socket_drops() or 0
         fixes_before = cc.repairs()
         report.update(KIND_RUNNERS[cfg.kind](fab, agents, cfg))
@@ -400,6 +405,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
         if report["emulator_drops"]:
             report["warnings"].append(f"ovs-vswitchd dropped {report['emulator_drops']} packets on its port "
                                       "sockets (not read in time): the emulation was overloaded")
+        report["run_t0_epoch"] = list(RUN_T0S)
         if cfg.trace:
             report["subflow_traces"] = list(TRACES)
         if env:
