@@ -25,6 +25,7 @@ Kinds (one command per figure: ``bwfabric experiment bgwc-fig12`` ...):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -34,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from experiments import ovs
+from experiments import ktrace, ovs
 from experiments import results as R
 from experiments.agents import Agents, BpfLoaded
 from experiments.controller_proc import ControllerProcess
@@ -103,6 +104,7 @@ class Config:
     pace_bg: bool = True           # agents pace BG at its guarantee (what MPTCP's scheduler needs to feed WC)
     rcvbuf_initial_kb: float = 0.0  # agents' tcp_rmem[1] (up to Eq. 1's B); 0: the agents' default (3 MiB)
     trace: bool = False            # record every sender's subflows (ss) at each sample: stall diagnosis
+    ktrace: bool = False           # MPTCP tracepoints (experiments.ktrace): connection-level stalls, undisturbed
     of_port: int = 6653
 
     def check(self) -> None:
@@ -156,6 +158,7 @@ class Meter:
         self.samples: list[tuple[float, dict[str, int], dict[str, float]]] = []
         self.trace: list[dict] | None = [] if trace else None
         self.subflows: dict[str, dict[str, int]] | None = None
+        self.connections: dict[str, list[int]] = {}   # sender -> its connections' DATA_ACKs (snd_una), once
         self._stop = threading.Event()
         self.t0 = time.time()
 
@@ -221,11 +224,15 @@ class Meter:
         from hostagent import cc
         out = {}
         k = cc.read_map("bwf_kcount")
+        from hostagent.observe import msk_queues
         for snd in SENDERS:
-            res = self.fab.run_in(snd, "ss", "-tinH")
-            lines = [ln for ln in res.stdout.splitlines() if "tcp-ulp-mptcp" in ln]
+            tcp, _, msk = self.fab.run_in(snd, "sh", "-c", "ss -tinH; echo ==MSK==; ss -MinH").stdout.partition(
+                "==MSK==\n")
+            lines = [ln for ln in tcp.splitlines() if "tcp-ulp-mptcp" in ln]
             out[snd] = {"bg": sum(" flags:M" in ln for ln in lines), "wc": sum(" flags:J" in ln for ln in lines),
                         "k": k.get(self.fab.topo.host(snd).ip, 0)}
+            # which connection is whose, for ktrace's stalls (data sequence numbers are per connection)
+            self.connections[snd] = [m["snd_una"] for m in msk_queues(msk) if "snd_una" in m]
         return out
 
     def stop(self) -> None:
@@ -319,6 +326,7 @@ def _measured(fab: Fabric, cfg: Config, scenario) -> tuple[list[dict], dict | No
     if meter.trace is not None:
         TRACES.append(meter.trace)
     RUN_T0S.append(round(meter.t0, 6))
+    CONNECTIONS.append(meter.connections)
     return meter.rates(), meter.subflows
 
 
@@ -327,6 +335,8 @@ TRACES: list[list[dict]] = []
 # when each run's clock (its samples' t = 0) started, Unix time: to line the
 # samples up with logs and kernel traces taken outside the experiment
 RUN_T0S: list[float] = []
+# each run's senders' connections (DATA_ACK values, from ss -M), for ktrace
+CONNECTIONS: list[dict[str, list[int]]] = []
 
 
 def _quiesce(fab: Fabric, timeout_s: float = 20.0) -> None:
@@ -394,9 +404,11 @@ def run(cfg: Config, out_dir: Path) -> dict:
         report["warnings"] = list(fab.warnings)
         TRACES.clear()
         RUN_T0S.clear()
+        CONNECTIONS.clear()
         drops_before = ovs.packet_socket_drops() or 0
         fixes_before = cc.repairs()
-        report.update(KIND_RUNNERS[cfg.kind](fab, agents, cfg))
+        with (ktrace.KernelTrace(out_dir / "ktrace.txt.gz") if cfg.ktrace else contextlib.nullcontext()):
+            report.update(KIND_RUNNERS[cfg.kind](fab, agents, cfg))
         # corrupt WC thresholds/windows bwf_wc put right (see its source)
         report["wc_cc_repairs"] = {k: v - fixes_before[k] for k, v in cc.repairs().items()}
         # packets the emulator itself lost (OVS did not read a port in time):
@@ -406,6 +418,9 @@ def run(cfg: Config, out_dir: Path) -> dict:
             report["warnings"].append(f"ovs-vswitchd dropped {report['emulator_drops']} packets on its port "
                                       "sockets (not read in time): the emulation was overloaded")
         report["run_t0_epoch"] = list(RUN_T0S)
+        if cfg.ktrace:
+            # a connection's DATA_ACK standing still >= 0.3 s with data outstanding: a hole holding BG back
+            report["connection_stalls"] = ktrace.report(ktrace.read(out_dir / "ktrace.txt.gz"), RUN_T0S, CONNECTIONS)
         if cfg.trace:
             report["subflow_traces"] = list(TRACES)
         if env:

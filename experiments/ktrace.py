@@ -1,0 +1,193 @@
+"""MPTCP's connection level, from kernel tracepoints, for an experiment run
+(option ``ktrace=1``): what ``ss`` cannot show without disturbing the run.
+
+- ``mptcp:ack_update_msk``: every DATA_ACK a sender takes in -- the
+  connection's ``snd_una`` and the right edge of the peer's window;
+- ``mptcp:mptcp_sendmsg_frag``: every chunk of data handed to a subflow --
+  how far the connection has sent (``snd_nxt``);
+- ``mptcp:mptcp_subflow_get_send``: the default scheduler's view of each
+  subflow at each decision (kept in the trace file for reading by hand).
+
+The events go to a private tracefs instance, so nothing else that traces is
+disturbed. They stay in the kernel's ring buffer during the run and are
+read after it (gzip), so the run pays only for the tracepoints themselves:
+sampling ``ss`` every 0.55 s made misses rarer (issue #4's notes), so it
+cannot show why they happen.
+
+:func:`stalls` finds connection-level stalls: a sender's DATA_ACK standing
+still while data is outstanding. That is a hole -- a segment lost or
+waiting on one subflow -- which holds back every byte behind it, BG's
+included; once the data sent past the hole reaches the peer's window
+(``window_full``), nothing more can be sent on any subflow. The parsing and
+the analysis are pure; :class:`KernelTrace` is the thin part that touches
+tracefs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRACEFS = Path("/sys/kernel/tracing")
+EVENTS = ("ack_update_msk", "mptcp_sendmsg_frag", "mptcp_subflow_get_send")
+MARK = "bwfabric-wall"          # trace_marker line: "<MARK> <unix time>", at start and at stop
+SAME_CONN = 1 << 31             # data sequence numbers of one connection stay this close in a run
+
+
+class KtraceError(RuntimeError):
+    pass
+
+
+class KernelTrace:
+    """Record the MPTCP tracepoints into ``path`` (gzip) around a block."""
+
+    def __init__(self, path: Path, buffer_kb: int = 131072, tracefs: Path = TRACEFS):
+        self.path, self.buffer_kb, self.tracefs = Path(path), buffer_kb, tracefs
+        self.inst = tracefs / "instances" / f"bwfabric-{os.getpid()}"
+
+    def _w(self, rel: str, value: str) -> None:
+        (self.inst / rel).write_text(value)
+
+    def __enter__(self) -> "KernelTrace":
+        missing = [e for e in EVENTS if not (self.tracefs / "events" / "mptcp" / e).is_dir()]
+        if not (self.tracefs / "instances").is_dir() or missing:
+            raise KtraceError(f"ktrace needs tracefs at {self.tracefs} with the mptcp tracepoints "
+                              f"(missing: {', '.join(missing) or 'tracefs'}); mount it or run with ktrace=0")
+        self.inst.mkdir()
+        try:
+            self._w("tracing_on", "0")
+            self._w("trace_clock", "mono")
+            self._w("buffer_size_kb", str(self.buffer_kb))
+            for e in EVENTS:
+                self._w(f"events/mptcp/{e}/enable", "1")
+            self._w("tracing_on", "1")
+            self._w("trace_marker", f"{MARK} {time.time():.6f}")
+        except OSError:
+            self.inst.rmdir()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._w("trace_marker", f"{MARK} {time.time():.6f}")
+            self._w("tracing_on", "0")
+            with open(self.inst / "trace", "rb") as src, gzip.open(self.path, "wb", compresslevel=3) as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+        finally:
+            self._w("events/mptcp/enable", "0")
+            self.inst.rmdir()
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float            # Unix time
+    cpu: int
+    name: str
+    f: dict[str, int]
+
+
+_LINE = re.compile(r"\[(\d+)\]\s+\S+\s+([\d.]+): (\w+): (.*)")
+_KV = re.compile(r"(\w+)=(\d+)")
+
+
+def parse(lines) -> list[Event]:
+    """Trace text (``trace`` file format) -> events on the wall clock, which
+    the first ``bwfabric-wall`` marker ties to the trace clock."""
+    offset, raw = None, []
+    for line in lines:
+        m = _LINE.search(line)
+        if not m:
+            continue
+        cpu, ts, name, rest = int(m.group(1)), float(m.group(2)), m.group(3), m.group(4)
+        if name == "tracing_mark_write":
+            w = re.search(rf"{MARK} ([\d.]+)", rest)
+            if w and offset is None:
+                offset = float(w.group(1)) - ts
+            continue
+        raw.append((ts, cpu, name, {k: int(v) for k, v in _KV.findall(rest)}))
+    if raw and offset is None:
+        raise KtraceError(f"no '{MARK}' marker in the trace: its times cannot be put on the wall clock")
+    return [Event(ts + offset, cpu, name, f) for ts, cpu, name, f in raw]
+
+
+def read(path: Path) -> list[Event]:
+    with gzip.open(path, "rt", errors="replace") as fh:
+        return parse(fh)
+
+
+@dataclass
+class _Conn:
+    key: int                                    # a data sequence number of the connection
+    snd_nxt: int = 0
+    sent: int = 0
+    last_adv: tuple[float, int, int] | None = None      # (t, snd_una, window's right edge)
+    stalls: list[dict] = field(default_factory=list)
+
+
+def _conn(conns: list[_Conn], seq: int) -> _Conn:
+    for c in conns:
+        if abs(seq - c.key) < SAME_CONN:
+            return c
+    conns.append(_Conn(seq))
+    return conns[-1]
+
+
+def stalls(events: list[Event], min_s: float = 0.3, min_sent: int = 1_000_000) -> list[dict]:
+    """Stalls of the connections that sent at least ``min_sent`` bytes: the
+    DATA_ACK stood still for ``min_s`` or more, then moved. Each: when it
+    began (Unix time), how long, the DATA_ACK's value (``snd_una``), how much
+    it then jumped, the data outstanding and the peer's window at the start,
+    and whether the data sent reached the window's edge during the stall
+    (``window_full``: every subflow had to wait)."""
+    conns: list[_Conn] = []
+    edge: dict[int, int] = {}        # id(conn) -> max snd_nxt during the current stall
+    for ev in sorted(events, key=lambda e: e.t):
+        if ev.name == "mptcp_sendmsg_frag" and ev.f.get("data_len"):
+            c = _conn(conns, ev.f["data_seq"])
+            end = ev.f["data_seq"] + ev.f["data_len"]
+            c.sent += ev.f["data_len"]
+            c.snd_nxt = max(c.snd_nxt, end)
+            edge[id(c)] = max(edge.get(id(c), 0), end)
+        elif ev.name == "ack_update_msk":
+            old, new, wnd = ev.f["old_snd_una"], ev.f["new_snd_una"], ev.f["msk_wnd_end"]
+            if new == old:
+                continue
+            c = _conn(conns, new)
+            if c.last_adv is not None and ev.t - c.last_adv[0] >= min_s:
+                t0, una, wnd0 = c.last_adv
+                c.stalls.append({"t": round(t0, 3), "seconds": round(ev.t - t0, 3), "snd_una": una,
+                                 "jump_bytes": new - old, "window_bytes": wnd0 - una,
+                                 "window_full": edge.get(id(c), 0) >= wnd0 - 1500})
+            c.last_adv = (ev.t, new, wnd)
+            edge[id(c)] = c.snd_nxt
+    return [s for c in conns if c.sent >= min_sent for s in c.stalls]
+
+
+def owner(snd_una: int, snapshots: dict[str, list[int]]) -> str | None:
+    """Which host's connection a data sequence number belongs to, given each
+    host's connections' ``snd_una`` at some moment of the run (``ss -M``)."""
+    best = None
+    for host, seqs in snapshots.items():
+        for s in seqs:
+            d = abs(snd_una - s)
+            if d < SAME_CONN and (best is None or d < best[0]):
+                best = (d, host)
+    return best[1] if best else None
+
+
+def report(events: list[Event], run_t0s: list[float], snapshots: list[dict[str, list[int]]],
+           min_s: float = 0.3) -> list[dict]:
+    """:func:`stalls` placed in their runs (``t`` from the run's start) and
+    attributed to their sender."""
+    out = []
+    for s in stalls(events, min_s):
+        run = max((i for i, t0 in enumerate(run_t0s) if t0 <= s["t"]), default=0)
+        snap = snapshots[run] if run < len(snapshots) else {}
+        out.append({"run": run, "sender": owner(s["snd_una"], snap), **s,
+                    "t": round(s["t"] - run_t0s[run], 3) if run_t0s else s["t"]})
+    return out
