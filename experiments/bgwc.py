@@ -230,6 +230,9 @@ class Meter:
                 "==MSK==\n")
             lines = [ln for ln in tcp.splitlines() if "tcp-ulp-mptcp" in ln]
             out[snd] = {"bg": sum(" flags:M" in ln for ln in lines), "wc": sum(" flags:J" in ln for ln in lines),
+                        # joins that agreed on ECN (bwf_sockops gave them bwf_wc_ecn): the rest are
+                        # not ECN-capable, and the WC queues' AQM drops their packets instead of marking
+                        "wc_ecn": sum(" flags:J" in ln and " bwf_wc_ecn " in ln for ln in lines),
                         "k": k.get(self.fab.topo.host(snd).ip, 0)}
             # which connection is whose, for ktrace's stalls (data sequence numbers are per connection)
             self.connections[snd] = [m["snd_una"] for m in msk_queues(msk) if "snd_una" in m]
@@ -420,7 +423,8 @@ def run(cfg: Config, out_dir: Path) -> dict:
         report["run_t0_epoch"] = list(RUN_T0S)
         if cfg.ktrace:
             # a connection's DATA_ACK standing still >= 0.3 s with data outstanding: a hole holding BG back
-            report["connection_stalls"] = ktrace.report(ktrace.read(out_dir / "ktrace.txt.gz"), RUN_T0S, CONNECTIONS)
+            report["connection_stalls"] = ktrace.report(ktrace.read(out_dir / "ktrace.txt.gz"), RUN_T0S, CONNECTIONS,
+                                                        {h: topo.host(h).ip for h in SENDERS})
         if cfg.trace:
             report["subflow_traces"] = list(TRACES)
         if env:

@@ -6,7 +6,9 @@
 - ``mptcp:mptcp_sendmsg_frag``: every chunk of data handed to a subflow --
   how far the connection has sent (``snd_nxt``);
 - ``mptcp:mptcp_subflow_get_send``: the default scheduler's view of each
-  subflow at each decision (kept in the trace file for reading by hand).
+  subflow at each decision (kept in the trace file for reading by hand);
+- ``tcp:tcp_retransmit_skb``: every retransmission, with the subflow's
+  addresses and ports -- which subflow was repairing a hole, and how often.
 
 The events go to a private tracefs instance, so nothing else that traces is
 disturbed. They stay in the kernel's ring buffer during the run and are
@@ -33,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TRACEFS = Path("/sys/kernel/tracing")
-EVENTS = ("ack_update_msk", "mptcp_sendmsg_frag", "mptcp_subflow_get_send")
+EVENTS = (("mptcp", "ack_update_msk"), ("mptcp", "mptcp_sendmsg_frag"), ("mptcp", "mptcp_subflow_get_send"),
+          ("tcp", "tcp_retransmit_skb"))
 MARK = "bwfabric-wall"          # trace_marker line: "<MARK> <unix time>", at start and at stop
 SAME_CONN = 1 << 31             # data sequence numbers of one connection stay this close in a run
 
@@ -53,17 +56,17 @@ class KernelTrace:
         (self.inst / rel).write_text(value)
 
     def __enter__(self) -> "KernelTrace":
-        missing = [e for e in EVENTS if not (self.tracefs / "events" / "mptcp" / e).is_dir()]
+        missing = [f"{g}:{e}" for g, e in EVENTS if not (self.tracefs / "events" / g / e).is_dir()]
         if not (self.tracefs / "instances").is_dir() or missing:
-            raise KtraceError(f"ktrace needs tracefs at {self.tracefs} with the mptcp tracepoints "
+            raise KtraceError(f"ktrace needs tracefs at {self.tracefs} with the mptcp and tcp tracepoints "
                               f"(missing: {', '.join(missing) or 'tracefs'}); mount it or run with ktrace=0")
         self.inst.mkdir()
         try:
             self._w("tracing_on", "0")
             self._w("trace_clock", "mono")
             self._w("buffer_size_kb", str(self.buffer_kb))
-            for e in EVENTS:
-                self._w(f"events/mptcp/{e}/enable", "1")
+            for g, e in EVENTS:
+                self._w(f"events/{g}/{e}/enable", "1")
             self._w("tracing_on", "1")
             self._w("trace_marker", f"{MARK} {time.time():.6f}")
         except OSError:
@@ -79,7 +82,8 @@ class KernelTrace:
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
         finally:
-            self._w("events/mptcp/enable", "0")
+            for g in {g for g, _ in EVENTS}:
+                self._w(f"events/{g}/enable", "0")
             self.inst.rmdir()
 
 
@@ -88,11 +92,11 @@ class Event:
     t: float            # Unix time
     cpu: int
     name: str
-    f: dict[str, int]
+    f: dict[str, int | str]     # numbers as int; addresses, states ... as text
 
 
 _LINE = re.compile(r"\[(\d+)\]\s+\S+\s+([\d.]+): (\w+): (.*)")
-_KV = re.compile(r"(\w+)=(\d+)")
+_KV = re.compile(r"(\w+)=(\S+)")
 
 
 def parse(lines) -> list[Event]:
@@ -109,7 +113,7 @@ def parse(lines) -> list[Event]:
             if w and offset is None:
                 offset = float(w.group(1)) - ts
             continue
-        raw.append((ts, cpu, name, {k: int(v) for k, v in _KV.findall(rest)}))
+        raw.append((ts, cpu, name, {k: int(v) if v.isdigit() else v for k, v in _KV.findall(rest)}))
     if raw and offset is None:
         raise KtraceError(f"no '{MARK}' marker in the trace: its times cannot be put on the wall clock")
     return [Event(ts + offset, cpu, name, f) for ts, cpu, name, f in raw]
@@ -180,14 +184,30 @@ def owner(snd_una: int, snapshots: dict[str, list[int]]) -> str | None:
     return best[1] if best else None
 
 
+def retransmits(events: list[Event], addr: str, t0: float, t1: float) -> dict[str, int]:
+    """Retransmissions sent from ``addr`` in [t0, t1], per subflow
+    (``sport->dst:dport``)."""
+    out: dict[str, int] = {}
+    for ev in events:
+        if ev.name == "tcp_retransmit_skb" and ev.f.get("saddr") == addr and t0 <= ev.t <= t1:
+            key = f"{ev.f.get('sport')}->{ev.f.get('daddr')}:{ev.f.get('dport')}"
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
 def report(events: list[Event], run_t0s: list[float], snapshots: list[dict[str, list[int]]],
-           min_s: float = 0.3) -> list[dict]:
-    """:func:`stalls` placed in their runs (``t`` from the run's start) and
-    attributed to their sender."""
+           addrs: dict[str, str] | None = None, min_s: float = 0.3) -> list[dict]:
+    """:func:`stalls` placed in their runs (``t`` from the run's start),
+    attributed to their sender, with the retransmissions the sender (its
+    address in ``addrs``) sent from 1 s before the stall to its end (the
+    hole's segment left before the DATA_ACK stopped)."""
     out = []
     for s in stalls(events, min_s):
         run = max((i for i, t0 in enumerate(run_t0s) if t0 <= s["t"]), default=0)
         snap = snapshots[run] if run < len(snapshots) else {}
-        out.append({"run": run, "sender": owner(s["snd_una"], snap), **s,
-                    "t": round(s["t"] - run_t0s[run], 3) if run_t0s else s["t"]})
+        sender = owner(s["snd_una"], snap)
+        row = {"run": run, "sender": sender, **s, "t": round(s["t"] - run_t0s[run], 3) if run_t0s else s["t"]}
+        if addrs and sender in addrs:
+            row["retransmits"] = retransmits(events, addrs[sender], s["t"] - 1.0, s["t"] + s["seconds"])
+        out.append(row)
     return out

@@ -79,19 +79,31 @@ def test_a_stall_with_room_left_in_the_window_is_not_window_full():
     assert not s["window_full"] and s["seconds"] == pytest.approx(0.8)
 
 
+def _retransmit(ts, saddr, sport, daddr, dport):
+    return _line(ts, "tcp_retransmit_skb", f"skbaddr=00000000c0ffee00 skaddr=000000009a1b2c3d family=AF_INET "
+                 f"sport={sport} dport={dport} saddr={saddr} daddr={daddr} saddrv6=::ffff:{saddr} "
+                 f"daddrv6=::ffff:{daddr} state=TCP_ESTABLISHED err=0")
+
+
 def test_report_places_stalls_in_runs_and_names_their_sender(tmp_path):
-    text = "\n".join(_trace(_stalled_connection(), wall=1000.0, ts0=100.0)) + "\n"
+    body = _stalled_connection() + [_retransmit(100.8, "10.0.0.3", 40001, "10.0.0.7", 5202),
+                                    _retransmit(101.2, "10.0.0.3", 40001, "10.0.0.7", 5202),
+                                    _retransmit(101.0, "10.0.0.1", 40009, "10.0.0.5", 5201),   # another sender
+                                    _retransmit(103.0, "10.0.0.3", 40000, "10.0.0.7", 5201)]   # after the stall
+    text = "\n".join(_trace(body, wall=1000.0, ts0=100.0)) + "\n"
     path = tmp_path / "ktrace.txt.gz"
     with gzip.open(path, "wt") as fh:
         fh.write(text)
     ev = ktrace.read(path)
     snaps = [{"s1": [OTHER + 5], "s3": [BASE + 3_000_000]}]
-    (r,) = ktrace.report(ev, [999.0], snaps)
+    (r,) = ktrace.report(ev, [999.0], snaps, {"s1": "10.0.0.1", "s3": "10.0.0.3"})
     assert r["run"] == 0 and r["sender"] == "s3" and r["t"] == pytest.approx(1.3)
+    assert r["retransmits"] == {"40001->10.0.0.7:5202": 2}       # its own, during the stall
+    assert ev[-1].f["saddr"] == "10.0.0.3" and ev[-1].f["state"] == "TCP_ESTABLISHED"
     assert ktrace.owner(BASE, {"s1": [OTHER]}) is None       # no connection of that host near it
 
 
 def test_kernel_trace_says_what_is_missing(tmp_path):
-    with pytest.raises(ktrace.KtraceError, match="mptcp tracepoints"):
+    with pytest.raises(ktrace.KtraceError, match="mptcp and tcp tracepoints"):
         with ktrace.KernelTrace(tmp_path / "t.gz", tracefs=tmp_path):
             pass
