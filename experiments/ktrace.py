@@ -48,7 +48,9 @@ class KtraceError(RuntimeError):
 class KernelTrace:
     """Record the MPTCP tracepoints into ``path`` (gzip) around a block."""
 
-    def __init__(self, path: Path, buffer_kb: int = 131072, tracefs: Path = TRACEFS):
+    def __init__(self, path: Path, buffer_kb: int | None = None, tracefs: Path = TRACEFS):
+        # the ring buffer is per CPU: 256 MB in all (a fig12 run fills ~20 MB), at least 16 MB each
+        buffer_kb = buffer_kb or max(16384, 262144 // (os.cpu_count() or 1))
         self.path, self.buffer_kb, self.tracefs = Path(path), buffer_kb, tracefs
         self.inst = tracefs / "instances" / f"bwfabric-{os.getpid()}"
 
@@ -117,6 +119,19 @@ def parse(lines) -> list[Event]:
     if raw and offset is None:
         raise KtraceError(f"no '{MARK}' marker in the trace: its times cannot be put on the wall clock")
     return [Event(ts + offset, cpu, name, f) for ts, cpu, name, f in raw]
+
+
+def overwritten(path: Path) -> int:
+    """Events the ring buffer lost to overwriting (its header's
+    entries-in-buffer/entries-written), 0 if it kept them all."""
+    with gzip.open(path, "rt", errors="replace") as fh:
+        for line in fh:
+            if not line.startswith("#"):
+                break
+            m = re.search(r"entries-in-buffer/entries-written: (\d+)/(\d+)", line)
+            if m:
+                return int(m.group(2)) - int(m.group(1))
+    return 0
 
 
 def read(path: Path) -> list[Event]:

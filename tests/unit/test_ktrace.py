@@ -95,6 +95,7 @@ def test_report_places_stalls_in_runs_and_names_their_sender(tmp_path):
     with gzip.open(path, "wt") as fh:
         fh.write(text)
     ev = ktrace.read(path)
+    assert ktrace.overwritten(path) == 0
     snaps = [{"s1": [OTHER + 5], "s3": [BASE + 3_000_000]}]
     (r,) = ktrace.report(ev, [999.0], snaps, {"s1": "10.0.0.1", "s3": "10.0.0.3"})
     assert r["run"] == 0 and r["sender"] == "s3" and r["t"] == pytest.approx(1.3)
@@ -107,3 +108,10 @@ def test_kernel_trace_says_what_is_missing(tmp_path):
     with pytest.raises(ktrace.KtraceError, match="mptcp and tcp tracepoints"):
         with ktrace.KernelTrace(tmp_path / "t.gz", tracefs=tmp_path):
             pass
+
+
+def test_overwritten_events_are_counted(tmp_path):
+    path = tmp_path / "t.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write("# tracer: nop\n#\n# entries-in-buffer/entries-written: 1500/2000   #P:2\n#\n" + _frag(1.0, BASE, 8) + "\n")
+    assert ktrace.overwritten(path) == 500
