@@ -204,6 +204,13 @@ class Meter:
                 self.trace.append({"t": round(time.time() - self.t0, 3), **self.subflow_states()})
             self._stop.wait(self.period_s)
 
+    def _ss(self, host: str) -> tuple[str, str]:
+        """``ss -tinH`` (TCP sockets, subflows included) and ``ss -MinH``
+        (MPTCP sockets) of one host, in one process."""
+        tcp, _, msk = self.fab.run_in(host, "sh", "-c", "ss -tinH; echo ==MSK==; ss -MinH").stdout.partition(
+            "==MSK==\n")
+        return tcp, msk
+
     def subflow_states(self) -> dict[str, list[dict]]:
         """Each sender's and receiver's MPTCP subflows as ``ss`` shows them
         (cwnd, RTO, backoff, unacked, lost, windows, rates ...), and each
@@ -213,8 +220,7 @@ class Meter:
         from hostagent.observe import msk_queues, subflow_states
         out: dict[str, list[dict]] = {}
         for host in (*SENDERS, *PAIR.values()):     # one process per host: the trace loads the CPU less
-            tcp, _, msk = self.fab.run_in(host, "sh", "-c", "ss -tinH; echo ==MSK==; ss -MinH").stdout.partition(
-                "==MSK==\n")
+            tcp, msk = self._ss(host)
             out[host], out[host + ".msk"] = subflow_states(tcp), msk_queues(msk)
         return out
 
@@ -226,8 +232,7 @@ class Meter:
         k = cc.read_map("bwf_kcount")
         from hostagent.observe import msk_queues
         for snd in SENDERS:
-            tcp, _, msk = self.fab.run_in(snd, "sh", "-c", "ss -tinH; echo ==MSK==; ss -MinH").stdout.partition(
-                "==MSK==\n")
+            tcp, msk = self._ss(snd)
             lines = [ln for ln in tcp.splitlines() if "tcp-ulp-mptcp" in ln]
             out[snd] = {"bg": sum(" flags:M" in ln for ln in lines), "wc": sum(" flags:J" in ln for ln in lines),
                         # joins that agreed on ECN (bwf_sockops gave them bwf_wc_ecn): the rest are
