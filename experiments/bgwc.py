@@ -228,9 +228,9 @@ class Meter:
         """Per sender: its MPTCP subflows by kind (first = BG, joins = WC),
         from ss, and K as the WC congestion control counts it (its map)."""
         from hostagent import cc
+        from hostagent.observe import msk_queues
         out = {}
         k = cc.read_map("bwf_kcount")
-        from hostagent.observe import msk_queues
         for snd in SENDERS:
             tcp, msk = self._ss(snd)
             lines = [ln for ln in tcp.splitlines() if "tcp-ulp-mptcp" in ln]
@@ -415,7 +415,8 @@ def run(cfg: Config, out_dir: Path) -> dict:
         CONNECTIONS.clear()
         drops_before = ovs.packet_socket_drops() or 0
         fixes_before = cc.repairs()
-        with (ktrace.KernelTrace(out_dir / "ktrace.txt.gz") if cfg.ktrace else contextlib.nullcontext()):
+        ktrace_path = out_dir / "ktrace.txt.gz"
+        with (ktrace.KernelTrace(ktrace_path) if cfg.ktrace else contextlib.nullcontext()):
             report.update(KIND_RUNNERS[cfg.kind](fab, agents, cfg))
         # corrupt WC thresholds/windows bwf_wc put right (see its source)
         report["wc_cc_repairs"] = {k: v - fixes_before[k] for k, v in cc.repairs().items()}
@@ -429,12 +430,11 @@ def run(cfg: Config, out_dir: Path) -> dict:
         if cfg.ktrace:
             # a connection's DATA_ACK standing still >= 0.3 s with data outstanding: a hole holding BG back
             try:
-                trace = out_dir / "ktrace.txt.gz"
-                lost = ktrace.overwritten(trace)
+                lost = ktrace.overwritten(ktrace_path)
                 if lost:
                     report["warnings"].append(f"ktrace: the kernel's trace buffer overwrote {lost} events: "
                                               "stalls early in the run may be missing")
-                report["connection_stalls"] = ktrace.report(ktrace.read(trace), RUN_T0S, CONNECTIONS,
+                report["connection_stalls"] = ktrace.report(ktrace.read(ktrace_path), RUN_T0S, CONNECTIONS,
                                                             {h: topo.host(h).ip for h in SENDERS})
             except (ktrace.KtraceError, OSError) as exc:    # the run's figures stand without it
                 report["warnings"].append(f"ktrace: no connection stalls: {exc}")

@@ -164,14 +164,12 @@ def stalls(events: list[Event], min_s: float = 0.3, min_sent: int = 1_000_000) -
     and whether the data sent reached the window's edge during the stall
     (``window_full``: every subflow had to wait)."""
     conns: list[_Conn] = []
-    edge: dict[int, int] = {}        # id(conn) -> max snd_nxt during the current stall
     for ev in sorted(events, key=lambda e: e.t):
         if ev.name == "mptcp_sendmsg_frag" and ev.f.get("data_len"):
             c = _conn(conns, ev.f["data_seq"])
             end = ev.f["data_seq"] + ev.f["data_len"]
             c.sent += ev.f["data_len"]
             c.snd_nxt = max(c.snd_nxt, end)
-            edge[id(c)] = max(edge.get(id(c), 0), end)
         elif ev.name == "ack_update_msk":
             old, new, wnd = ev.f["old_snd_una"], ev.f["new_snd_una"], ev.f["msk_wnd_end"]
             if new == old:
@@ -181,9 +179,8 @@ def stalls(events: list[Event], min_s: float = 0.3, min_sent: int = 1_000_000) -
                 t0, una, wnd0 = c.last_adv
                 c.stalls.append({"t": round(t0, 3), "seconds": round(ev.t - t0, 3), "snd_una": una,
                                  "jump_bytes": new - old, "window_bytes": wnd0 - una,
-                                 "window_full": edge.get(id(c), 0) >= wnd0 - 1500})
+                                 "window_full": c.snd_nxt >= wnd0 - 1500})   # sent up to the edge
             c.last_adv = (ev.t, new, wnd)
-            edge[id(c)] = c.snd_nxt
     return [s for c in conns if c.sent >= min_sent for s in c.stalls]
 
 
