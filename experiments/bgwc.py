@@ -28,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -103,6 +105,7 @@ class Config:
     ecn: bool = True               # hosts ask for ECN: with wc_aqm, WC queues mark CE instead of dropping
     pace_bg: bool = True           # agents pace BG at its guarantee (what MPTCP's scheduler needs to feed WC)
     rcvbuf_initial_kb: float = 0.0  # agents' tcp_rmem[1] (up to Eq. 1's B); 0: the agents' default (3 MiB)
+    rtt_hint_ms: float = 0.0       # agents' Eq. 1 maxRTT until (and floor under) live RTTs; 0: the agents' (50 ms)
     trace: bool = False            # record every sender's subflows (ss) at each sample: stall diagnosis
     ktrace: bool = False           # MPTCP tracepoints (experiments.ktrace): connection-level stalls, undisturbed
     of_port: int = 6653
@@ -126,6 +129,8 @@ class Config:
             raise OptionError(f"option queue_kb={self.queue_kb:g}: at least two packets of the MTU, at most 100000")
         if self.rcvbuf_initial_kb and not 4 <= self.rcvbuf_initial_kb <= 65536:
             raise OptionError(f"option rcvbuf_initial_kb={self.rcvbuf_initial_kb:g}: 4..65536, or 0 for the agents'")
+        if self.rtt_hint_ms and not 0 < self.rtt_hint_ms <= 10_000:
+            raise OptionError(f"option rtt_hint_ms={self.rtt_hint_ms:g}: 0..10000, or 0 for the agents'")
         if self.rto_min_ms and not 1 <= self.rto_min_ms <= 1000:
             raise OptionError(f"option rto_min_ms={self.rto_min_ms:g}: 1..1000, or 0 for the kernel's")
 
@@ -284,14 +289,21 @@ class Traffic:
         self.udp_sinks = [fab.host(r).popen(["iperf3", "-s", "-p", str(UDP_PORT + i)], stdout=subprocess.DEVNULL)
                           for r in PAIR.values() for i in range(UDP_FLOWS_PER_SENDER)]
         self.udp_started: dict[str, int] = {}
+        # each bulk sender lists its send() calls that waited (flowgen --waits)
+        self.waits_dir = Path(tempfile.mkdtemp(prefix="bwfabric-waits-"))
+        self.bulk_runs: list[tuple[str, Path, subprocess.Popen]] = []
+        self.waits: list[dict] = []
         time.sleep(1.0)
 
     def bulk(self, snd: str, secs: float, conns: int = 1, rate_mbps: float | None = None) -> None:
         dst = self.fab.topo.host(PAIR[snd]).ip
         rate = ["--rate", str(rate_mbps)] if rate_mbps else []
-        self.procs.setdefault(snd, []).append(self.fab.host(snd).popen(
+        waits = self.waits_dir / f"{snd}-{len(self.bulk_runs)}.json"
+        proc = self.fab.host(snd).popen(
             [sys.executable, "-m", "experiments.flowgen", "bulk", "--dst", dst, "--port", str(DATA_PORT),
-             "--duration", str(secs), "--conns", str(conns), "--mptcp", *rate]))
+             "--duration", str(secs), "--conns", str(conns), "--mptcp", *rate, "--waits", str(waits)])
+        self.procs.setdefault(snd, []).append(proc)
+        self.bulk_runs.append((snd, waits, proc))
 
     def udp(self, snd: str, mbps: float, secs: float, tos: int = 0) -> None:
         dst = self.fab.topo.host(PAIR[snd]).ip
@@ -316,6 +328,13 @@ class Traffic:
             if p.poll() is None:
                 p.terminate()
             p.wait(5)
+        for snd, path, proc in self.bulk_runs:
+            try:
+                proc.wait(5)
+                self.waits += [{"sender": snd, **w} for w in json.loads(path.read_text())]
+            except (subprocess.TimeoutExpired, OSError, ValueError):
+                pass    # a sender that did not finish in time: its waits are not known
+        shutil.rmtree(self.waits_dir, ignore_errors=True)
 
 
 def _measured(fab: Fabric, cfg: Config, scenario) -> tuple[list[dict], dict | None]:
@@ -335,6 +354,7 @@ def _measured(fab: Fabric, cfg: Config, scenario) -> tuple[list[dict], dict | No
         TRACES.append(meter.trace)
     RUN_T0S.append(round(meter.t0, 6))
     CONNECTIONS.append(meter.connections)
+    SENDER_WAITS.append([{**w, "t": round(w["t"] - meter.t0, 3)} for w in traffic.waits])
     return meter.rates(), meter.subflows
 
 
@@ -345,6 +365,8 @@ TRACES: list[list[dict]] = []
 RUN_T0S: list[float] = []
 # each run's senders' connections (DATA_ACK values, from ss -M), for ktrace
 CONNECTIONS: list[dict[str, list[int]]] = []
+# each run's send() calls that waited >= flowgen.WAIT_LOG_S (t from the run's start)
+SENDER_WAITS: list[list[dict]] = []
 
 
 def _quiesce(fab: Fabric, timeout_s: float = 20.0) -> None:
@@ -413,6 +435,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
         TRACES.clear()
         RUN_T0S.clear()
         CONNECTIONS.clear()
+        SENDER_WAITS.clear()
         drops_before = ovs.packet_socket_drops() or 0
         fixes_before = cc.repairs()
         ktrace_path = out_dir / "ktrace.txt.gz"
@@ -427,6 +450,8 @@ def run(cfg: Config, out_dir: Path) -> dict:
             report["warnings"].append(f"ovs-vswitchd dropped {report['emulator_drops']} packets on its port "
                                       "sockets (not read in time): the emulation was overloaded")
         report["run_t0_epoch"] = list(RUN_T0S)
+        # an application asleep in send() gives its connection no data: BG runs dry without any stall
+        report["sender_waits"] = [{"run": i, **w} for i, ws in enumerate(SENDER_WAITS) for w in ws]
         if cfg.ktrace:
             # a connection's DATA_ACK standing still >= 0.3 s with data outstanding: a hole holding BG back
             try:
@@ -464,7 +489,7 @@ def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy
 
 
 def _rcvbuf(cfg: Config) -> dict:
-    return {"rcvbuf_initial_kb": cfg.rcvbuf_initial_kb} if cfg.rcvbuf_initial_kb else {}
+    return {k: v for k, v in (("rcvbuf_initial_kb", cfg.rcvbuf_initial_kb), ("rtt_hint_ms", cfg.rtt_hint_ms)) if v}
 
 
 def _fig12(fab: Fabric, agents: Agents, cfg: Config) -> dict:

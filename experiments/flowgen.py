@@ -156,14 +156,25 @@ def storm(dst: str, rate: float, duration: float, port_base: int = 20000, ports:
         time.sleep(0.002)
 
 
-def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool, rate_mbps: float | None = None) -> int:
+WAIT_LOG_S = 0.1    # bulk: send() calls that took this long are listed (--waits)
+
+
+def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool, rate_mbps: float | None = None,
+         waits_path: str | None = None) -> int:
     """``conns`` parallel connections sending as fast as they can (or each
     at ``rate_mbps``, paced by the application in 5 ms steps) for
     ``duration`` seconds (or until SIGTERM); returns the bytes sent. At the
     end each connection is reset (SO_LINGER 0): what is still in its send
     buffer is dropped, so the load stops when the generator does (a plain
-    close would keep sending megabytes of buffered data at WC rates)."""
+    close would keep sending megabytes of buffered data at WC rates).
+
+    ``waits_path``: every send() call that took ``WAIT_LOG_S`` or more --
+    when it began (Unix time), how long, whether it timed out -- is written
+    there as JSON at the end: while the sender sleeps in send(), its
+    connection gets no new data and BG can run dry (a full send buffer, or a
+    wake-up that came late)."""
     sent = [0] * conns
+    waits: list[dict] = []
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -180,12 +191,17 @@ def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool, rate_mbp
                 if ahead > 0:
                     stop.wait(min(ahead, 0.005))
                     continue
+            t_call = time.time()
             try:
                 sent[i] += s.send(payload)
             except socket.timeout:
+                waits.append({"conn": i, "t": round(t_call, 4), "s": round(time.time() - t_call, 4), "timeout": True})
                 continue
             except OSError:
                 return
+            took = time.time() - t_call
+            if took >= WAIT_LOG_S:
+                waits.append({"conn": i, "t": round(t_call, 4), "s": round(took, 4), "timeout": False})
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(conns)]
@@ -195,6 +211,9 @@ def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool, rate_mbp
     stop.set()
     for t in threads:
         t.join(3)
+    if waits_path:
+        with open(waits_path, "w") as fh:
+            json.dump(sorted(waits, key=lambda w: w["t"]), fh)
     return sum(sent)
 
 
@@ -222,11 +241,12 @@ def main(argv: list[str] | None = None) -> None:
     bk.add_argument("--conns", type=int, default=1)
     bk.add_argument("--mptcp", action="store_true")
     bk.add_argument("--rate", type=float, default=None, help="Mb/s per connection (default: as fast as it can)")
+    bk.add_argument("--waits", default=None, help=f"write the send() calls that took >= {WAIT_LOG_S} s here (JSON)")
     args = p.parse_args(argv)
     if args.mode == "bulk":
         if args.rate is not None and args.rate <= 0:
             p.error(f"--rate {args.rate}: must be positive")
-        print(bulk(args.dst, args.port, args.duration, args.conns, args.mptcp, args.rate))
+        print(bulk(args.dst, args.port, args.duration, args.conns, args.mptcp, args.rate, args.waits))
     elif args.mode == "storm":
         print(storm(args.dst, args.rate, args.duration))
     elif args.mode == "server":

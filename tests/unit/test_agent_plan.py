@@ -245,11 +245,16 @@ def test_bgwc_config_refuses_bad_options_by_name():
     from experiments.options import OptionError
     Config(queue_kb=1000).check()
     for bad, name in ((dict(queue_kb=2), "queue_kb"), (dict(queue_kb=10, mtu=9000), "queue_kb"), (dict(mtu=100), "mtu"), (dict(kind="fig99"), "kind"),
-                      (dict(beta=0), "beta"), (dict(reps=0), "reps"), (dict(rcvbuf_initial_kb=2), "rcvbuf_initial_kb")):
+                      (dict(beta=0), "beta"), (dict(reps=0), "reps"), (dict(rcvbuf_initial_kb=2), "rcvbuf_initial_kb"),
+                      (dict(rtt_hint_ms=-1), "rtt_hint_ms"), (dict(rtt_hint_ms=20_000), "rtt_hint_ms")):
         with pytest.raises(OptionError, match=name):
             Config(**bad).check()
     Config(queue_kb=10, mtu=1500).check()       # two 1500-byte packets fit in 10 KB
     Config(rcvbuf_initial_kb=0).check()         # 0: the agents' default
+    Config(rtt_hint_ms=0).check()
+    from experiments.bgwc import _rcvbuf
+    assert _rcvbuf(Config(rcvbuf_initial_kb=0, rtt_hint_ms=0)) == {}          # the agents' own defaults
+    assert _rcvbuf(Config(rcvbuf_initial_kb=8192, rtt_hint_ms=200)) == {"rcvbuf_initial_kb": 8192, "rtt_hint_ms": 200}
 
 
 SS_STALL = """ESTAB 0 2895360 10.0.0.1:48252 10.0.0.5:7100

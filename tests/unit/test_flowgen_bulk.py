@@ -53,3 +53,31 @@ def test_bulk_unpaced_is_faster_than_paced():
     with pytest.raises(SystemExit):
         from experiments.flowgen import main
         main(["bulk", "--dst", "127.0.0.1", "--port", "1", "--duration", "1", "--rate", "0"])
+
+
+def test_bulk_lists_the_sends_that_waited(tmp_path):
+    """A receiver that stops reading: the sender's send() calls block, and
+    each one that took WAIT_LOG_S or more is listed with its time; a reading
+    receiver leaves the list empty."""
+    import json
+    import time
+    from experiments.flowgen import WAIT_LOG_S
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    held = []
+    threading.Thread(target=lambda: held.append(srv.accept()[0]), daemon=True).start()
+    path = tmp_path / "waits.json"
+    t0 = time.time()
+    bulk("127.0.0.1", srv.getsockname()[1], duration=2.5, conns=1, mptcp=False, waits_path=str(path))
+    waits = json.loads(path.read_text())
+    assert waits and all(w["s"] >= WAIT_LOG_S and t0 <= w["t"] <= t0 + 4 for w in waits), waits
+    assert any(w["timeout"] for w in waits)               # blocked for the socket's whole 1 s timeout
+    for c in held:
+        c.close()
+    srv.close()
+
+    port, got, t = _sink()
+    bulk("127.0.0.1", port, duration=0.5, conns=1, mptcp=False, waits_path=str(path))
+    t.join(5)
+    assert json.loads(path.read_text()) == []
