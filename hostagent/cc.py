@@ -5,8 +5,9 @@
   twice: ``bwf_wc``, and ``bwf_wc_ecn`` for subflows that negotiated ECN
   (every packet ECN-capable, retransmissions included); its maps
   bwf_alevel (A_l per VM, written by agents), bwf_kcount (K per VM, kept
-  by the CC itself) and bwf_wcfix (corrupt thresholds/windows it repaired,
-  see the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace
+  by the CC itself), bwf_wcfix (corrupt thresholds/windows it repaired,
+  see the source) and bwf_wcmarks (reductions cut again for further ECN
+  marks, see the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace
   (BG's pacing ceilings per VM, written by agents, read by bwf_sockops)
   and bwf_bgcount (each VM's established BG subflows, kept by bwf_sockops),
   both created on their own: no bwf_wc program uses them, so they would not
@@ -37,7 +38,8 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
 BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
 FIX_MAP = "bwf_wcfix"   # [0] thresholds, [1] windows bwf_wc repaired
-MAPS = ("bwf_alevel", "bwf_kcount", FIX_MAP)
+MARKS_MAP = "bwf_wcmarks"   # [0] reductions with more than one mark, [1] extra halvings
+MAPS = ("bwf_alevel", "bwf_kcount", FIX_MAP, MARKS_MAP)
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
 PACE_MAP = "bwf_bgpace"
 PACE_MAP_SPEC = ["type", "hash", "key", "4", "value", "8", "entries", "4096"]
@@ -244,9 +246,20 @@ def repairs() -> dict[str, int]:
     return {"ssthresh": vals[0], "cwnd": vals[1]}
 
 
+def mark_cuts() -> dict[str, int]:
+    """How often bwf_wc_ecn cut a window again, at the end of a reduction,
+    for the ECN marks it met beyond the first (bwf_wcmarks; zeros when not
+    loaded): reductions, and halvings in all."""
+    if not (BPFFS / MARKS_MAP).exists():
+        return {"reductions": 0, "halvings": 0}
+    vals = parse_array_dump(json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / MARKS_MAP)])))
+    return {"reductions": vals[0], "halvings": vals[1]}
+
+
 if __name__ == "__main__":
     import sys
-    actions = {"load": load, "unload": unload, "status": status, "build": build, "repairs": repairs}
+    actions = {"load": load, "unload": unload, "status": status, "build": build, "repairs": repairs,
+               "mark_cuts": mark_cuts}
     if len(sys.argv) != 2 or sys.argv[1] not in actions:
         print(f"usage: python -m hostagent.cc {{{','.join(actions)}}}", file=sys.stderr)
         sys.exit(2)

@@ -32,6 +32,23 @@
  * check there never fired: thresholds and windows were always repaired
  * together, at the next ACK), so the one ACK's PRR burst -- up to the
  * subflow's send buffer, two windows -- still goes out.
+ *
+ * One window cut per ECN mark, not per round trip. Eq. 7 counts on
+ * throughput ~ sqrt(alpha_w / p): every mark a flow gets is answered. Reno
+ * answers one per round trip (the first ECN echo starts CWR, the rest of
+ * that window's echoes are ignored), and the receiver's echo latches until
+ * the sender's CWR, so a subflow with a large alpha_w and many marks per
+ * round trip is under-cut: measured WC shares went ~ A_l^1.2 instead of A_l
+ * (Table 3's A_l = 1.33 VM at 0.11-0.12 of WC for its 0.143). So, on
+ * subflows that agreed on ECN (bwf_wc_ecn, both ends ours):
+ *  - receiver: the ECN echo follows the CE state of the segments each ACK
+ *    covers (a delayed ACK is sent early when the state changes), so the
+ *    sender's delivered_ce counts marked segments, not latched ACKs;
+ *  - sender: when a reduction ends (CA_EVENT_COMPLETE_CWR), the window is
+ *    halved once more for every segment marked during it beyond the first
+ *    (at most MAX_EXTRA_CUTS), counted in bwf_wcmarks -- unless half or
+ *    more of the reduction's segments came back echoed, which is a peer
+ *    latching its echo (RFC 3168), not marks.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -64,7 +81,18 @@ struct {
 	__type(value, __u64);
 } bwf_wcfix SEC(".maps");
 
+/* [0] reductions that met more than one mark, [1] extra halvings applied */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} bwf_wcmarks SEC(".maps");
+
 #define TCP_INFINITE_SSTHRESH	0x7fffffff
+/* include/net/tcp.h: the receiver echoes ECE while this is set */
+#define TCP_ECN_DEMAND_CWR	0x4
+#define MAX_EXTRA_CUTS		3
 /* include/net/tcp.h: ECT on every packet, retransmissions included (DCTCP's flag) */
 #define TCP_CONG_NEEDS_ECN	0x2
 /* no real window or threshold comes near this (16 M segments = 23 GB) */
@@ -74,6 +102,11 @@ struct bwf_ca {
 	__u32 counted;
 	__u32 key;
 	__u64 acc;		/* ACKed segments x alpha_w (x ALPHA_SCALE) towards the next +1 */
+	__u32 ce_at_cut;	/* sender: delivered_ce when the current reduction began */
+	__u32 delivered_at_cut;	/* sender: delivered then */
+	__u32 cut_armed;	/* sender: a reduction is under way */
+	__u32 prior_rcv_nxt;	/* receiver: rcv_nxt before the last data segment */
+	__u32 ce_state;		/* receiver: the last data segment was CE-marked */
 };
 
 extern __u32 tcp_slow_start(struct tcp_sock *tp, __u32 acked) __ksym;
@@ -118,12 +151,17 @@ static __always_inline void count_in(struct sock *sk)
 	}
 }
 
-static __always_inline void fixed(__u32 i)
+static __always_inline void bump(void *map, __u32 i, __u64 n)
 {
-	__u64 *p = bpf_map_lookup_elem(&bwf_wcfix, &i);
+	__u64 *p = bpf_map_lookup_elem(map, &i);
 
 	if (p)
-		__sync_fetch_and_add(p, 1);
+		__sync_fetch_and_add(p, n);
+}
+
+static __always_inline void fixed(__u32 i)
+{
+	bump(&bwf_wcfix, i, 1);
 }
 
 /* An impossible ssthresh or cwnd back to Reno's halving of the window the
@@ -155,6 +193,11 @@ void BPF_PROG(bwf_init, struct sock *sk)
 	ca->counted = 0;
 	ca->key = 0;
 	ca->acc = 0;
+	ca->ce_at_cut = 0;
+	ca->delivered_at_cut = 0;
+	ca->cut_armed = 0;
+	ca->prior_rcv_nxt = tcp_sk_of(sk)->rcv_nxt;
+	ca->ce_state = 0;
 }
 
 SEC("struct_ops")
@@ -218,8 +261,80 @@ void BPF_PROG(bwf_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 SEC("struct_ops")
 __u32 BPF_PROG(bwf_ssthresh, struct sock *sk)
 {
-	ca_of(sk)->acc = 0;	/* the window is cut: counting starts afresh */
+	struct bwf_ca *ca = ca_of(sk);
+
+	ca->acc = 0;		/* the window is cut: counting starts afresh */
+	ca->ce_at_cut = tcp_sk_of(sk)->delivered_ce;	/* this cut answers the marks so far */
+	ca->delivered_at_cut = tcp_sk_of(sk)->delivered;
+	ca->cut_armed = 1;
 	return tcp_reno_ssthresh(sk);
+}
+
+/* Receiver: echo ECE on exactly the ACKs of CE-marked segments. */
+static __always_inline void echo_ce(struct sock *sk, __u32 ce)
+{
+	struct tcp_sock *tp = tcp_sk_of(sk);
+	struct bwf_ca *ca = ca_of(sk);
+
+	if (ca->ce_state != ce) {
+		/* a delayed ACK pending covers segments of the old state: send
+		 * it now with the old state's echo, and ACK this one at once */
+		if (tp->inet_conn.icsk_ack.pending & ICSK_ACK_TIMER) {
+			if (ca->ce_state)
+				tp->ecn_flags |= TCP_ECN_DEMAND_CWR;
+			else
+				tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
+			bpf_tcp_send_ack(tp, ca->prior_rcv_nxt);
+		}
+		tp->inet_conn.icsk_ack.pending |= ICSK_ACK_NOW;
+	}
+	ca->prior_rcv_nxt = tp->rcv_nxt;
+	ca->ce_state = ce;
+	if (ce)
+		tp->ecn_flags |= TCP_ECN_DEMAND_CWR;
+	else
+		tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
+}
+
+/* Sender, at the end of a reduction: one more halving per segment marked
+ * during it beyond the one the reduction answered. */
+static __always_inline void cut_per_mark(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk_of(sk);
+	struct bwf_ca *ca = ca_of(sk);
+	__u32 extra, delivered, cwnd;
+
+	if (!ca->cut_armed)
+		return;
+	ca->cut_armed = 0;
+	extra = tp->delivered_ce - ca->ce_at_cut;
+	delivered = tp->delivered - ca->delivered_at_cut;
+	if (!extra || delivered >= SANE_MAX)
+		return;
+	/* Half of the reduction's segments or more echoed: a receiver that
+	 * latches its echo until the sender's CWR (RFC 3168, not this program)
+	 * -- the count is not of marks. Reno's one cut stays. */
+	if (2 * extra >= delivered)
+		return;
+	if (extra > MAX_EXTRA_CUTS)
+		extra = MAX_EXTRA_CUTS;
+	cwnd = tp->snd_cwnd >> extra;
+	if (cwnd < 2)
+		cwnd = 2;
+	tp->snd_cwnd = cwnd;
+	tp->snd_ssthresh = cwnd;
+	ca->acc = 0;
+	bump(&bwf_wcmarks, 0, 1);
+	bump(&bwf_wcmarks, 1, extra);
+}
+
+SEC("struct_ops")
+void BPF_PROG(bwf_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
+{
+	if (ev == CA_EVENT_ECN_IS_CE || ev == CA_EVENT_ECN_NO_CE)
+		echo_ce(sk, ev == CA_EVENT_ECN_IS_CE);
+	else if (ev == CA_EVENT_COMPLETE_CWR)
+		cut_per_mark(sk);
 }
 
 SEC("struct_ops")
@@ -243,6 +358,7 @@ void BPF_PROG(bwf_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 		.ssthresh	= (void *)bwf_ssthresh,			\
 		.undo_cwnd	= (void *)bwf_undo_cwnd,		\
 		.pkts_acked	= (void *)bwf_pkts_acked,		\
+		.cwnd_event	= (void *)bwf_cwnd_event,		\
 		.flags		= cc_flags,				\
 		.name		= #var,					\
 	}

@@ -50,6 +50,7 @@ SINK = textwrap.dedent('''
     srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", 5002)); srv.listen(8); got = {}
     warm, secs = float(sys.argv[1]), float(sys.argv[2]); t0 = []
+    rx_cc = sys.argv[3].encode() if len(sys.argv) > 3 else None
     print("ready", flush=True)
     def rx(c, peer):
         # one window for both flows: (first accept + warm, first accept + secs]
@@ -63,7 +64,10 @@ SINK = textwrap.dedent('''
                 got[peer] = got.get(peer, 0) + len(b)
     ths = []
     for _ in range(2):
-        c, (peer, _) = srv.accept(); t0 or t0.append(time.time()); t = threading.Thread(target=rx, args=(c, peer)); t.start(); ths.append(t)
+        c, (peer, _) = srv.accept(); t0 or t0.append(time.time())
+        if rx_cc:   # the receiving end of a WC subflow, as bwf_sockops sets it
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, rx_cc)
+        t = threading.Thread(target=rx, args=(c, peer)); t.start(); ths.append(t)
     for t in ths: t.join()
     print(json.dumps(got), flush=True)
 ''')
@@ -112,12 +116,13 @@ def bottleneck():
             cc.unload()
 
 
-def _shares(bottleneck, a_levels, secs=SECS, warm=4.0, cc_name="bwf_wc", tos=0x00):
+def _shares(bottleneck, a_levels, secs=SECS, warm=4.0, cc_name="bwf_wc", tos=0x00, rx_cc=None):
     snd, rcv = bottleneck[:2]
     ex = Executor()
     for ip, a in zip(VMS, a_levels):
         ex.apply_bpf(BpfMapSet(BPF_MAP, ip, fixed_point(a)))
-    sink = subprocess.Popen(["ip", "netns", "exec", rcv, sys.executable, "-c", SINK, str(warm), str(secs)],
+    sink = subprocess.Popen(["ip", "netns", "exec", rcv, sys.executable, "-c", SINK, str(warm), str(secs),
+                             *([rx_cc] if rx_cc else [])],
                             stdout=subprocess.PIPE, text=True)
     senders = []
     try:
@@ -214,6 +219,24 @@ def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
         # bwf_wc one suite run saw 24 early drops beside 715 marks -- and the
         # early drop of a retransmission costs a timeout): marked, never dropped
         assert dropped == 0
+        # The receiver above latches its echo (RFC 3168): bwf_wc_ecn must
+        # not take that for marks -- Reno's one cut per reduction.
+        cuts_before = cc.mark_cuts()
+        latched, _ = _shares(bottleneck, (1.0, 0.5), tos=0x20, cc_name="bwf_wc_ecn")
+        cuts_latched = cc.mark_cuts()["halvings"] - cuts_before["halvings"]
+        # Both ends bwf_wc_ecn, as between two bwfabric hosts: the receiver
+        # echoes each mark, the sender cuts once per mark.
+        cuts_before = cc.mark_cuts()
+        exact = [_shares(bottleneck, a, tos=0x20, cc_name="bwf_wc_ecn", rx_cc="bwf_wc_ecn")[0]
+                 for a in ((1.0, 0.5), (0.5, 1.0))]
+        cuts = {k: v - cuts_before[k] for k, v in cc.mark_cuts().items()}
+        exact_ratios = [exact[0][0] / exact[0][1], exact[1][1] / exact[1][0]]
+        print(f"ECN, latched echo: 1 vs 1/4 {latched}, {cuts_latched} extra halvings; exact echo: "
+              f"{exact}, ratios {exact_ratios}, {cuts}")
+        assert cuts_latched == 0
+        assert cuts["reductions"] > 0 and cuts["halvings"] >= cuts["reductions"]
+        assert min(exact_ratios) > 1.3
+        assert (exact_ratios[0] * exact_ratios[1]) ** 0.5 < 3.5
     finally:
         ns(bottleneck[0], "sysctl", "-qw", "net.ipv4.tcp_ecn=2")
         ns(rtr, "tc", "qdisc", "del", "dev", dev, "clsact")
