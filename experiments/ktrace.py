@@ -30,6 +30,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,9 @@ class KernelTrace:
         (self.inst / rel).write_text(value)
 
     def __enter__(self) -> "KernelTrace":
+        if self.tracefs == TRACEFS and not (self.tracefs / "instances").is_dir():
+            # a fresh machine may not have it mounted: the standard place, nothing else touched
+            subprocess.run(["mount", "-t", "tracefs", "nodev", str(self.tracefs)], capture_output=True)
         missing = [f"{g}:{e}" for g, e in EVENTS if not (self.tracefs / "events" / g / e).is_dir()]
         if not (self.tracefs / "instances").is_dir() or missing:
             raise KtraceError(f"ktrace needs tracefs at {self.tracefs} with the mptcp and tcp tracepoints "
