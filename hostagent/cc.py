@@ -38,7 +38,7 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
 BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
 FIX_MAP = "bwf_wcfix"   # [0] thresholds, [1] windows bwf_wc repaired
-MARKS_MAP = "bwf_wcmarks"   # [0] reductions with more than one mark, [1] extra halvings
+MARKS_MAP = "bwf_wcmarks"   # [0] reductions with more than one mark, [1] extra halvings, [2] capped
 MAPS = ("bwf_alevel", "bwf_kcount", FIX_MAP, MARKS_MAP)
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
 PACE_MAP = "bwf_bgpace"
@@ -251,9 +251,9 @@ def mark_cuts() -> dict[str, int]:
     for the ECN marks it met beyond the first (bwf_wcmarks; zeros when not
     loaded): reductions, and halvings in all."""
     if not (BPFFS / MARKS_MAP).exists():
-        return {"reductions": 0, "halvings": 0}
+        return {"reductions": 0, "halvings": 0, "capped": 0}
     vals = parse_array_dump(json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / MARKS_MAP)])))
-    return {"reductions": vals[0], "halvings": vals[1]}
+    return {"reductions": vals[0], "halvings": vals[1], "capped": vals[2]}
 
 
 if __name__ == "__main__":

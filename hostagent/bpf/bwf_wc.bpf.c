@@ -81,10 +81,11 @@ struct {
 	__type(value, __u64);
 } bwf_wcfix SEC(".maps");
 
-/* [0] reductions that met more than one mark, [1] extra halvings applied */
+/* [0] reductions that met more than one mark, [1] extra halvings applied,
+ * [2] reductions that met more than 1 + MAX_EXTRA_CUTS (halvings lost to the cap) */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 } bwf_wcmarks SEC(".maps");
@@ -316,8 +317,10 @@ static __always_inline void cut_per_mark(struct sock *sk)
 	 * -- the count is not of marks. Reno's one cut stays. */
 	if (2 * extra >= delivered)
 		return;
-	if (extra > MAX_EXTRA_CUTS)
+	if (extra > MAX_EXTRA_CUTS) {
 		extra = MAX_EXTRA_CUTS;
+		bump(&bwf_wcmarks, 2, 1);
+	}
 	cwnd = tp->snd_cwnd >> extra;
 	if (cwnd < 2)
 		cwnd = 2;
