@@ -237,23 +237,25 @@ def parse_array_dump(entries: list) -> list[int]:
     return [num(e["value"]) for e in sorted(entries, key=lambda e: num(e["key"]))]
 
 
+def _counters(name: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """A pinned array map of u64 counters by name (zeros when not loaded)."""
+    if not (BPFFS / name).exists():
+        return dict.fromkeys(keys, 0)
+    vals = parse_array_dump(json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / name)])))
+    return dict(zip(keys, vals))
+
+
 def repairs() -> dict[str, int]:
     """How many corrupt slow-start thresholds and windows bwf_wc has put
-    right since it was loaded (bwf_wcfix; zeros when not loaded)."""
-    if not (BPFFS / FIX_MAP).exists():
-        return {"ssthresh": 0, "cwnd": 0}
-    vals = parse_array_dump(json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / FIX_MAP)])))
-    return {"ssthresh": vals[0], "cwnd": vals[1]}
+    right since it was loaded (bwf_wcfix)."""
+    return _counters(FIX_MAP, ("ssthresh", "cwnd"))
 
 
 def mark_cuts() -> dict[str, int]:
     """How often bwf_wc_ecn cut a window again, at the end of a reduction,
-    for the ECN marks it met beyond the first (bwf_wcmarks; zeros when not
-    loaded): reductions, and halvings in all."""
-    if not (BPFFS / MARKS_MAP).exists():
-        return {"reductions": 0, "halvings": 0, "capped": 0}
-    vals = parse_array_dump(json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(BPFFS / MARKS_MAP)])))
-    return {"reductions": vals[0], "halvings": vals[1], "capped": vals[2]}
+    for the ECN marks it met beyond the first (bwf_wcmarks): reductions,
+    halvings in all, and reductions that met more marks than the cap."""
+    return _counters(MARKS_MAP, ("reductions", "halvings", "capped"))
 
 
 if __name__ == "__main__":
