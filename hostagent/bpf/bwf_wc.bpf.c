@@ -271,6 +271,15 @@ __u32 BPF_PROG(bwf_ssthresh, struct sock *sk)
 	return tcp_reno_ssthresh(sk);
 }
 
+/* The receiver's ACKs carry ECE while TCP_ECN_DEMAND_CWR is set. */
+static __always_inline void set_echo(struct tcp_sock *tp, __u32 on)
+{
+	if (on)
+		tp->ecn_flags |= TCP_ECN_DEMAND_CWR;
+	else
+		tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
+}
+
 /* Receiver: echo ECE on exactly the ACKs of CE-marked segments. */
 static __always_inline void echo_ce(struct sock *sk, __u32 ce)
 {
@@ -281,20 +290,14 @@ static __always_inline void echo_ce(struct sock *sk, __u32 ce)
 		/* a delayed ACK pending covers segments of the old state: send
 		 * it now with the old state's echo, and ACK this one at once */
 		if (tp->inet_conn.icsk_ack.pending & ICSK_ACK_TIMER) {
-			if (ca->ce_state)
-				tp->ecn_flags |= TCP_ECN_DEMAND_CWR;
-			else
-				tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
+			set_echo(tp, ca->ce_state);
 			bpf_tcp_send_ack(tp, ca->prior_rcv_nxt);
 		}
 		tp->inet_conn.icsk_ack.pending |= ICSK_ACK_NOW;
 	}
 	ca->prior_rcv_nxt = tp->rcv_nxt;
 	ca->ce_state = ce;
-	if (ce)
-		tp->ecn_flags |= TCP_ECN_DEMAND_CWR;
-	else
-		tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
+	set_echo(tp, ce);
 }
 
 /* Sender, at the end of a reduction: one more halving per segment marked
