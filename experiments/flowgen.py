@@ -191,17 +191,16 @@ def bulk(dst: str, port: int, duration: float, conns: int, mptcp: bool, rate_mbp
                 if ahead > 0:
                     stop.wait(min(ahead, 0.005))
                     continue
-            t_call = time.time()
+            t_call, timed_out = time.time(), False
             try:
                 sent[i] += s.send(payload)
             except socket.timeout:
-                waits.append({"conn": i, "t": round(t_call, 4), "s": round(time.time() - t_call, 4), "timeout": True})
-                continue
+                timed_out = True
             except OSError:
                 return
             took = time.time() - t_call
-            if took >= WAIT_LOG_S:
-                waits.append({"conn": i, "t": round(t_call, 4), "s": round(took, 4), "timeout": False})
+            if timed_out or took >= WAIT_LOG_S:
+                waits.append({"conn": i, "t": round(t_call, 4), "s": round(took, 4), "timeout": timed_out})
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(conns)]
