@@ -5,8 +5,12 @@
   connection's ``snd_una`` and the right edge of the peer's window;
 - ``mptcp:mptcp_sendmsg_frag``: every chunk of data handed to a subflow --
   how far the connection has sent (``snd_nxt``);
-- ``mptcp:mptcp_subflow_get_send``: the default scheduler's view of each
-  subflow at each decision (kept in the trace file for reading by hand);
+- ``mptcp:mptcp_subflow_get_send``: each subflow at each decision of the
+  default scheduler (kept in the trace file for reading by hand). Its
+  ``pace`` and ``ratio`` are from the socket's pacing rate, not from the
+  scheduler's own estimate (``avg_pacing_rate``, updated only when it hands
+  the subflow data), which decides: a subflow whose estimate lags can be
+  picked although its ``ratio`` here is the larger;
 - ``tcp:tcp_retransmit_skb``: every retransmission, with the subflow's
   addresses and ports -- which subflow was repairing a hole, and how often.
 

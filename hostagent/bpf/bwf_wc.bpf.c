@@ -31,7 +31,12 @@
  * bwf_wcfix. The corrupt value appears after set_state(CWR) has run (a
  * check there never fired: thresholds and windows were always repaired
  * together, at the next ACK), so the one ACK's PRR burst -- up to the
- * subflow's send buffer, two windows -- still goes out.
+ * subflow's send buffer, two windows -- still goes out. Its pacing rate
+ * (0.8-1.9 GB/s from the corrupt window) no longer does: bwf_sockops bounds
+ * WC's pacing rate (see cap_wc_pacing there; MPTCP's scheduler kept it for
+ * hundreds of ms), and this program keeps the kernel's internal pacing,
+ * which the bound turns on, off (unpaced()). bwf_wcfix[2] counts repairs
+ * that found the pacing rate run away.
  *
  * One window cut per ECN mark, not per round trip. Eq. 7 counts on
  * throughput ~ sqrt(alpha_w / p): every mark a flow gets is answered. Reno
@@ -73,10 +78,11 @@ struct {
 	__type(value, __u64);
 } bwf_kcount SEC(".maps");
 
-/* [0] thresholds repaired, [1] windows repaired */
+/* [0] thresholds repaired, [1] windows repaired, [2] windows repaired with
+ * the pacing rate run away (above RUNAWAY_PACE: no subflow here comes near) */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 } bwf_wcfix SEC(".maps");
@@ -98,6 +104,8 @@ struct {
 #define TCP_CONG_NEEDS_ECN	0x2
 /* no real window or threshold comes near this (16 M segments = 23 GB) */
 #define SANE_MAX		(1U << 24)
+/* bytes/s, 1 Gb/s: far above any WC subflow of the testbed (60 Mb/s NICs) */
+#define RUNAWAY_PACE		(125000000UL)
 
 struct bwf_ca {
 	__u32 counted;
@@ -165,6 +173,16 @@ static __always_inline void fixed(__u32 i)
 	bump(&bwf_wcfix, i, 1);
 }
 
+/* WC is not paced (pacing moved Table 3's shares, see bwf_sockops); the
+ * pacing ceiling bwf_sockops sets only bounds sk_pacing_rate -- what MPTCP's
+ * scheduler takes for the rate the subflow drains at -- so setting it must
+ * not turn the kernel's internal pacing on. */
+static __always_inline void unpaced(struct sock *sk)
+{
+	if (sk->sk_pacing_status == SK_PACING_NEEDED)
+		sk->sk_pacing_status = SK_PACING_NONE;
+}
+
 /* An impossible ssthresh or cwnd back to Reno's halving of the window the
  * reduction started from (prior_cwnd; the current window if that is bogus). */
 static __always_inline void repair(struct tcp_sock *tp)
@@ -183,6 +201,9 @@ static __always_inline void repair(struct tcp_sock *tp)
 	if (tp->snd_cwnd >= SANE_MAX) {
 		tp->snd_cwnd = half;
 		fixed(1);
+		/* the pacing rate the corrupt window left (this ACK's is set later) */
+		if (tp->inet_conn.icsk_inet.sk.sk_pacing_rate > RUNAWAY_PACE)
+			fixed(2);
 	}
 }
 
@@ -226,6 +247,7 @@ void BPF_PROG(bwf_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 
 	count_in(sk);
 	repair(tp);
+	unpaced(sk);
 	if (!cwnd_limited(tp))
 		return;
 	if (tp->snd_cwnd < tp->snd_ssthresh) {
@@ -337,6 +359,7 @@ static __always_inline void cut_per_mark(struct sock *sk)
 SEC("struct_ops")
 void BPF_PROG(bwf_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
+	unpaced(sk);
 	if (ev == CA_EVENT_ECN_IS_CE || ev == CA_EVENT_ECN_NO_CE)
 		echo_ce(sk, ev == CA_EVENT_ECN_IS_CE);
 	else if (ev == CA_EVENT_COMPLETE_CWR)
@@ -353,6 +376,7 @@ SEC("struct_ops")
 void BPF_PROG(bwf_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
 	repair(tcp_sk_of(sk));
+	unpaced(sk);		/* after bwf_sockops' RTT callback, before this ACK's sends */
 }
 
 #define BWF_WC_OPS(var, cc_flags)					\
