@@ -37,7 +37,7 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
 # hide /sys/fs/bpf from agents started that way
 BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
-FIX_MAP = "bwf_wcfix"   # [0] thresholds, [1] windows bwf_wc repaired, [2] of those with a runaway pacing rate
+FIX_MAP = "bwf_wcfix"   # [0] thresholds, [1] windows repaired, [2] of those with a runaway pacing rate, [3] ACKs at the ceiling
 MARKS_MAP = "bwf_wcmarks"   # [0] reductions with more than one mark, [1] extra halvings, [2] capped
 MAPS = ("bwf_alevel", "bwf_kcount", FIX_MAP, MARKS_MAP)
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
@@ -249,8 +249,9 @@ def repairs() -> dict[str, int]:
     """How many corrupt slow-start thresholds and windows bwf_wc has put
     right since it was loaded (bwf_wcfix), and of the windows how many had
     left the pacing rate above 1 Gb/s (``runaway_pace``: bwf_sockops' WC
-    pacing ceiling is there to keep this at 0)."""
-    return _counters(FIX_MAP, ("ssthresh", "cwnd", "runaway_pace"))
+    pacing ceiling is there to keep this at 0), and at how many ACKs a WC
+    subflow's pacing rate was at that ceiling (``at_ceiling``)."""
+    return _counters(FIX_MAP, ("ssthresh", "cwnd", "runaway_pace", "at_ceiling"))
 
 
 def mark_cuts() -> dict[str, int]:

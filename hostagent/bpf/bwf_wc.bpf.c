@@ -79,10 +79,11 @@ struct {
 } bwf_kcount SEC(".maps");
 
 /* [0] thresholds repaired, [1] windows repaired, [2] windows repaired with
- * the pacing rate run away (above RUNAWAY_PACE: no subflow here comes near) */
+ * the pacing rate run away (above RUNAWAY_PACE: no subflow here comes near),
+ * [3] ACKs that found the pacing rate at bwf_sockops' ceiling */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, 4);
 	__type(key, __u32);
 	__type(value, __u64);
 } bwf_wcfix SEC(".maps");
@@ -181,6 +182,16 @@ static __always_inline void unpaced(struct sock *sk)
 {
 	if (sk->sk_pacing_status == SK_PACING_NEEDED)
 		sk->sk_pacing_status = SK_PACING_NONE;
+}
+
+/* the last ACK's pacing rate held down by the ceiling (or the ceiling just
+ * set below it): how often the bound binds */
+static __always_inline void count_at_ceiling(struct sock *sk)
+{
+	unsigned long ceiling = sk->sk_max_pacing_rate;
+
+	if (ceiling != ~0UL && sk->sk_pacing_rate >= ceiling)
+		fixed(3);
 }
 
 /* An impossible ssthresh or cwnd back to Reno's halving of the window the
@@ -376,6 +387,7 @@ SEC("struct_ops")
 void BPF_PROG(bwf_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
 	repair(tcp_sk_of(sk));
+	count_at_ceiling(sk);
 	unpaced(sk);		/* after bwf_sockops' RTT callback, before this ACK's sends */
 }
 

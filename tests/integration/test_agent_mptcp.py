@@ -152,6 +152,19 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     # set from the cwnd of the last RTT sample (ss reads a later one): a multiple of 2 x (MSS + 1 KiB)
     assert tb["wc"] == 65536 or tb["wc"] % (2 * (mss + 1024)) == 0, (tb, cwnd, mss)
     assert tb["wc"] <= 4 * max(32768, cwnd * (mss + 1024)) and tb["wc"] != tb["bg"], (tb, cwnd, mss)
+    # WC's pacing rate has a ceiling (bwf_sockops: 4 x the most it may have in flight -- window, flight or slow
+    # start's threshold -- per RTT; ss shows rate/ceiling): the bound on what MPTCP's scheduler takes for WC's
+    # drain rate -- none before (no "/")
+    wc_pace = __import__("re").search(r"pacing_rate (\d+)bps/(\d+)bps", info["wc"])
+    assert wc_pace, info["wc"]
+    rate_bps, ceiling_bps = int(wc_pace.group(1)), int(wc_pace.group(2))
+    field = {f: __import__("re").search(rf"\b{f}:([\d.]+)", info["wc"]) for f in ("unacked", "ssthresh", "rtt")}
+    segs = max([cwnd] + [int(field[f].group(1)) for f in ("unacked", "ssthresh") if field[f]])
+    bound_bps = 4 * segs * mss * 8 / (float(field["rtt"].group(1)) / 1e3)
+    print(f"WC pacing rate {rate_bps / 1e6:.1f} Mb/s, ceiling {ceiling_bps / 1e6:.1f} Mb/s "
+          f"(4 x {segs} segments per RTT: {bound_bps / 1e6:.1f} Mb/s)")
+    # set at the last RTT sample, ss reads a later state: within 2x of the bound ss's figures give
+    assert rate_bps <= ceiling_bps <= 2 * bound_bps, (rate_bps, ceiling_bps, bound_bps)
     # BG paced at its guarantee (x 1.05, bwf_bgpace): what MPTCP's scheduler takes for BG's drain rate
     assert cc.read_map("bwf_bgpace")[IPS["a"]] == round(20e6 / 8 * 1.05)
     assert _mbps(info["bg"]) <= 21.0, info["bg"]       # ss -n: plain bps
