@@ -109,10 +109,14 @@ static __always_inline int sockopt_int(__u64 v)
  * high for hundreds of ms: the WC subflow always looked the quickest to
  * drain, was picked while its buffer was full, and the scheduler then sent
  * nothing -- BG got no data for 0.47 s (adversarial run, S1 BG 0.69 of its
- * guarantee in one 0.5 s sample). 3 x window or flight alone bound slow
- * start's doubling (fig14's small windows after timeouts): S1's WC share
- * with 5 connections fell to 0.30 of 1/3 in 2 of 2 sets. The bound is a
- * ceiling only: bwf_wc keeps the kernel's internal pacing off. */
+ * guarantee in one 0.5 s sample). It still binds now and then
+ * (bwf_wcfix[3]: 67-165 ACKs per fig14 set), and fig14's S1 with 5
+ * connections got 0.28-0.32 of the WC bandwidth for its 1/3 (0.32-0.35
+ * without a ceiling). At 16 x it bound at 1-3 ACKs per set and S1 got
+ * 0.31-0.36, but Table 3's A_l = 1.33 VM fell to 0.116 for its 0.143 (0.189
+ * max relative error, one set) and a runaway rate could pass 1 Gb/s again:
+ * 4 x it is, an open trade. The bound is a ceiling only: bwf_wc keeps the
+ * kernel's internal pacing off. */
 #define WC_PACE_CAP_X 4
 static __always_inline void cap_wc_pacing(struct bpf_sock_ops *skops, __u64 cwnd, __u64 mss)
 {
