@@ -318,9 +318,9 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 			uncount_bg(skops);
 		return 1;
 	case BPF_SOCK_OPS_RTT_CB:	/* enabled on MPTCP subflows only (above) */
-		if (is_join(skops) == 1) {
+		if (is_join(skops) == 1)
 			size_wc_buffers(skops);
-		} else
+		else
 			pace_bg(skops);
 		return 1;
 	}

@@ -258,7 +258,6 @@ void BPF_PROG(bwf_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 
 	count_in(sk);
 	repair(tp);
-	unpaced(sk);
 	if (!cwnd_limited(tp))
 		return;
 	if (tp->snd_cwnd < tp->snd_ssthresh) {
