@@ -46,9 +46,10 @@
  * round trip is under-cut: measured WC shares went ~ A_l^1.2 instead of A_l
  * (Table 3's A_l = 1.33 VM at 0.11-0.12 of WC for its 0.143). So, on
  * subflows that agreed on ECN (bwf_wc_ecn, both ends ours):
- *  - receiver: the ECN echo follows the CE state of the segments each ACK
- *    covers (a delayed ACK is sent early when the state changes), so the
- *    sender's delivered_ce counts marked segments, not latched ACKs;
+ *  - receiver: every data segment is ACKed at once, its ECN echo the
+ *    segment's CE state, so the sender's delivered_ce counts marked
+ *    segments, not latched ACKs (and no delayed ACK holds a small window's
+ *    slot: see echo_ce);
  *  - sender: when a reduction ends (CA_EVENT_COMPLETE_CWR), the window is
  *    halved once more for every segment marked during it beyond the first
  *    (at most MAX_EXTRA_CUTS), counted in bwf_wcmarks -- unless half or
@@ -312,21 +313,27 @@ static __always_inline void set_echo(struct tcp_sock *tp, __u32 on)
 		tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
 }
 
-/* Receiver: echo ECE on exactly the ACKs of CE-marked segments. */
+/* Receiver: echo ECE on exactly the ACKs of CE-marked segments, and ACK
+ * every data segment at once. A delayed ACK (one per two segments) frees
+ * the first segment's window slot one inter-arrival gap late: a window of W
+ * segments then carries W - 0.5 per round trip. Eq. 7 splits a VM's share
+ * among its K subflows, so their windows are small and their gaps long --
+ * fig14's S1 with 5 connections had windows of ~6 segments and 2.2 Mb/s a
+ * subflow (5.3 ms gaps), S3 31 segments: S1's smoothed RTT read 31.6 ms
+ * against S3's 26.6 ms in the same queue, and S1 got 0.305-0.314 of the WC
+ * bandwidth for its 1/3 over 150 s runs (~0.5/6 - 0.5/31 = 6.7 % less). */
 static __always_inline void echo_ce(struct sock *sk, __u32 ce)
 {
 	struct tcp_sock *tp = tcp_sk_of(sk);
 	struct bwf_ca *ca = ca_of(sk);
 
-	if (ca->ce_state != ce) {
-		/* a delayed ACK pending covers segments of the old state: send
-		 * it now with the old state's echo, and ACK this one at once */
-		if (tp->inet_conn.icsk_ack.pending & ICSK_ACK_TIMER) {
-			set_echo(tp, ca->ce_state);
-			bpf_tcp_send_ack(tp, ca->prior_rcv_nxt);
-		}
-		tp->inet_conn.icsk_ack.pending |= ICSK_ACK_NOW;
+	/* a delayed ACK pending (before this program saw the subflow) covers
+	 * segments of the old state: send it now with the old state's echo */
+	if (ca->ce_state != ce && (tp->inet_conn.icsk_ack.pending & ICSK_ACK_TIMER)) {
+		set_echo(tp, ca->ce_state);
+		bpf_tcp_send_ack(tp, ca->prior_rcv_nxt);
 	}
+	tp->inet_conn.icsk_ack.pending |= ICSK_ACK_NOW;
 	ca->prior_rcv_nxt = tp->rcv_nxt;
 	ca->ce_state = ce;
 	set_echo(tp, ce);
