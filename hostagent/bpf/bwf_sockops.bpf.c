@@ -110,13 +110,14 @@ static __always_inline int sockopt_int(__u64 v)
  * drain, was picked while its buffer was full, and the scheduler then sent
  * nothing -- BG got no data for 0.47 s (adversarial run, S1 BG 0.69 of its
  * guarantee in one 0.5 s sample). It still binds now and then
- * (bwf_wcfix[3]: 67-165 ACKs per fig14 set), and fig14's S1 with 5
- * connections got 0.28-0.32 of the WC bandwidth for its 1/3 (0.32-0.35
- * without a ceiling). At 16 x it bound at 1-3 ACKs per set and S1 got
- * 0.31-0.36, but Table 3's A_l = 1.33 VM fell to 0.116 for its 0.143 (0.189
- * max relative error, one set) and a runaway rate could pass 1 Gb/s again:
- * 4 x it is, an open trade. The bound is a ceiling only: bwf_wc keeps the
- * kernel's internal pacing off. */
+ * (bwf_wcfix[3]: 37-75 ACKs per adversarial run, 200-530 per fig14 or
+ * Table 3 set). Fig14's S1 with 5 connections, short of its 1:1:1 share
+ * with the ceiling (0.28-0.32 of the WC bandwidth for its 1/3), was short
+ * of it for another reason: delayed ACKs on its small windows (bwf_wc's
+ * echo_ce); with an ACK per segment it got 0.33-0.34. At 16 x the bound
+ * left a runaway rate above 1 Gb/s once in 14 adversarial runs: 4 x it
+ * is. The bound is a ceiling only: bwf_wc keeps the kernel's internal
+ * pacing off. */
 #define WC_PACE_CAP_X 4
 static __always_inline void cap_wc_pacing(struct bpf_sock_ops *skops, __u64 cwnd, __u64 mss)
 {
