@@ -87,11 +87,12 @@ class Config:
     policies: tuple[str, ...] = ("none", "equal")  # fig14: without the policy, with 1:1:1
     wc_subflows: int = 1
     # table3, fig14: runs per row; WC shares are judged on their mean. A WC
-    # subflow's window is cut a few times a second at most (fig14: 170-620
-    # reductions in 300 s, all subflows), so one run's 25 s shares stray:
-    # fig14 1:1:1 traced over 150 s, 25 s windows' max relative error had a
-    # 90th percentile of 0.07-0.12 (0.05-0.08 over 50 s)
-    reps: int = 2
+    # subflow takes about one ECN mark a second (nstat: fig14's senders 16-21
+    # CE-marked segments in 20 s), so one run's 25 s shares stray: fig14's
+    # 40 runs of one session (5 sets x 2 runs per row, 1:1:1 with 5
+    # connections the widest) had max relative errors up to 0.24 for single
+    # runs, 0.21 for means of 2, 0.13 for means of 4 (every choice of runs)
+    reps: int = 4
     equal_level: float = 1.0       # fig14: every sender's A_l under the 1:1:1 policy
     beta: float = 10.0             # Eq. 1: the agents default to 3; here 10 (BG dipped to 0.74 with 3, see README)
     # WC queues: RED-style marking (ECN-capable WC) / early drop (the rest) on
