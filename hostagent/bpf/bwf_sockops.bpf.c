@@ -114,7 +114,8 @@ static __always_inline int sockopt_int(__u64 v)
  * Table 3 set). Fig14's S1 with 5 connections, short of its 1:1:1 share
  * with the ceiling (0.28-0.32 of the WC bandwidth for its 1/3), was short
  * of it for another reason: delayed ACKs on its small windows (bwf_wc's
- * echo_ce); with an ACK per segment it got 0.33-0.34. At 16 x the bound
+ * echo_ce); with an ACK per segment it got 0.33-0.36 over 150 s runs
+ * (sets of 25 s runs: 0.29-0.34, as noisy as before). At 16 x the bound
  * left a runaway rate above 1 Gb/s once in 14 adversarial runs: 4 x it
  * is. The bound is a ceiling only: bwf_wc keeps the kernel's internal
  * pacing off. */
