@@ -6,6 +6,7 @@ replayed messages refused); an MPTCP connection then has one BG subflow
 verified by nftables packet counters, ss and the BPF maps."""
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -135,7 +136,7 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     ns(names["a"], "nft", "delete", "table", "ip", "bwftest")
     print(ss, counters, sep="\n")
 
-    sizes = [int(x) for x in __import__("re").findall(r"counter packets \d+ bytes (\d+)", counters)]
+    sizes = [int(x) for x in re.findall(r"counter packets \d+ bytes (\d+)", counters)]
     bg_ok, bg_bad, wc_ok, wc_bad = sizes
     assert bg_ok > 1_000_000 and wc_ok > 1_000_000   # two subflows, both carried data
     assert bg_bad == 0 and wc_bad == 0               # each with its own ToS only
@@ -143,8 +144,8 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     # send buffers (skmem tb): WC's follows its window (bwf_sockops: 2 x cwnd x (MSS + 1 KiB), >= 64 KiB), BG keeps
     # the namespace's (Eq. 1's B)
     info = {("wc" if "bwf_wc" in ln else "bg"): ln for ln in ss.splitlines() if "tcp-ulp-mptcp" in ln}
-    tb = {k: int(__import__("re").search(r"\btb(\d+)", ln).group(1)) for k, ln in info.items()}
-    cwnd, mss = (int(__import__("re").search(rf"\b{f}:(\d+)", info["wc"]).group(1)) for f in ("cwnd", "mss"))
+    tb = {k: int(re.search(r"\btb(\d+)", ln).group(1)) for k, ln in info.items()}
+    cwnd, mss = (int(re.search(rf"\b{f}:(\d+)", info["wc"]).group(1)) for f in ("cwnd", "mss"))
     # ECN agreed (the agents' default, tcp_ecn=1 on both hosts): bwf_sockops gave the WC subflow bwf_wc_ecn
     # (retransmissions stay ECN-capable)
     assert " bwf_wc_ecn " in info["wc"], info["wc"]
@@ -155,10 +156,10 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     # WC's pacing rate has a ceiling (bwf_sockops: 4 x the most it may have in flight -- window, flight or slow
     # start's threshold -- per RTT; ss shows rate/ceiling): the bound on what MPTCP's scheduler takes for WC's
     # drain rate -- none before (no "/")
-    wc_pace = __import__("re").search(r"pacing_rate (\d+)bps/(\d+)bps", info["wc"])
+    wc_pace = re.search(r"pacing_rate (\d+)bps/(\d+)bps", info["wc"])
     assert wc_pace, info["wc"]
     rate_bps, ceiling_bps = int(wc_pace.group(1)), int(wc_pace.group(2))
-    field = {f: __import__("re").search(rf"\b{f}:([\d.]+)", info["wc"]) for f in ("unacked", "ssthresh", "rtt")}
+    field = {f: re.search(rf"\b{f}:([\d.]+)", info["wc"]) for f in ("unacked", "ssthresh", "rtt")}
     segs = max([cwnd] + [int(field[f].group(1)) for f in ("unacked", "ssthresh") if field[f]])
     bound_bps = 4 * segs * mss * 8 / (float(field["rtt"].group(1)) / 1e3)
     print(f"WC pacing rate {rate_bps / 1e6:.1f} Mb/s, ceiling {ceiling_bps / 1e6:.1f} Mb/s "
@@ -200,7 +201,7 @@ MULTI_SERVER = textwrap.dedent('''
 
 
 def _mbps(text: str) -> float:
-    m = __import__("re").search(r"pacing_rate ([\d.]+)([KMG]?)bps", text)
+    m = re.search(r"pacing_rate ([\d.]+)([KMG]?)bps", text)
     assert m, text
     return float(m.group(1)) * {"": 1e-6, "K": 1e-3, "M": 1, "G": 1e3}[m.group(2)]
 
@@ -242,11 +243,11 @@ def test_bg_subflows_of_one_vm_are_paced_at_their_share(pair):
     assert len(bg) == conns, ss
     assert during == conns and after == 0, (during, after)
     paces = [_mbps(ln) for ln in bg]
-    tbs = [int(__import__("re").search(r"\btb(\d+)", ln).group(1)) for ln in bg]
+    tbs = [int(re.search(r"\btb(\d+)", ln).group(1)) for ln in bg]
     default = int(ns(names["a"], "sysctl", "-n", "net.ipv4.tcp_wmem").stdout.split()[1])
     print(f"BG pacing {paces} Mb/s, send buffers {tbs} (namespace's {default})")
     # each at the whole guarantee (x 1.05) before: 21 Mb/s, and the namespace's buffer
     assert sum(paces) / conns < 0.75 * g * 1.05 and max(paces) <= g * 1.05 + 0.1, paces
     assert max(tbs) < default / 2, (tbs, default)
-    bg_bytes = int(__import__("re").findall(r"counter packets \d+ bytes (\d+)", counters)[0])
+    bg_bytes = int(re.findall(r"counter packets \d+ bytes (\d+)", counters)[0])
     assert bg_bytes * 8 / secs / 1e6 > 0.75 * g, bg_bytes        # the VM's BG still gets its guarantee
