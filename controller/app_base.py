@@ -8,8 +8,10 @@ logic object and forward events to it in a few lines each.
 from __future__ import annotations
 
 import os
+import threading
 
 from controller import ofmsg, ofsend
+from controller.loops import LoopGuard
 from controller.network_view import NetworkView
 from controller.sdn import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp_event,
                             ofproto_v1_3, set_ev_cls)
@@ -37,12 +39,43 @@ class FabricApp(BaseApp):
         super().__init__(*args, **kwargs)
         self.view = load_view()
         self.datapaths: dict[str, object] = {}
+        self.guard = LoopGuard(self.logger)      # rounds of periodic loops and event handlers
+        # os-ken's hub runs the event loop and an app's own loops on separate OS
+        # threads: whoever touches the logic holds this (never across a sleep)
+        self.lock = threading.RLock()
+        self.refused: dict[str, int] = {}        # inputs refused at the OpenFlow boundary, by kind
+
+    def handle(self, name: str, fn, *args) -> None:
+        """An event handler's body: under the lock, through the loop guard
+        (an exception is logged and counted; the event loop goes on)."""
+        with self.lock:
+            self.guard.run(name, fn, *args)
+
+    def refuse(self, kind: str, fmt: str, *args) -> None:
+        self.refused[kind] = self.refused.get(kind, 0) + 1
+        self.logger.warning(fmt, *args)
 
     def register(self, dp) -> str | None:
-        """Remember a connected datapath; None (and a warning) if unknown."""
+        """Remember a connected datapath; None (and a warning) if unknown.
+
+        A second connection announcing the datapath id of a switch whose
+        connection is still alive is refused and closed: the switch that
+        connected first keeps its place (anything that knows a dpid could
+        otherwise take a switch over). A switch that really restarted has
+        closed its old connection (os-ken marks it inactive at once), and
+        one whose old connection is half-open gets in once os-ken's echo
+        checks have declared that one dead; OVS keeps retrying meanwhile."""
         switch = self.view.switch_by_dpid(dp.id)
         if switch is None:
-            self.logger.warning("datapath %016x is not in the topology; ignoring it", dp.id)
+            self.refuse("unknown_datapath", "datapath %016x is not in the topology; ignoring it", dp.id)
+            return None
+        old = self.datapaths.get(switch)
+        if old is not None and old is not dp and getattr(old, "is_active", True):
+            self.refuse("duplicate_datapath", "switch %s (dpid %d): a second connection while the first is "
+                        "alive; refusing the new one (%s)", switch, dp.id, getattr(dp, "address", "?"))
+            close = getattr(dp, "close", None)
+            if close is not None:
+                close()
             return None
         self.datapaths[switch] = dp
         self.logger.info("switch %s (dpid %d) connected", switch, dp.id)
@@ -73,30 +106,53 @@ class ForwardingApp(FabricApp):
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev):
+        self.handle("switch_features", self._switch_features_round, ev)
+
+    def _switch_features_round(self, ev):
         switch = self.register(ev.msg.datapath)
         if switch:
             self.send(switch, [*self.logic.switch_connected(switch), ofmsg.PortDescRequest()])
 
+    def _registered(self, dp) -> str | None:
+        """The switch name of a datapath whose connection is the registered
+        one (events from a refused or stale connection are ignored)."""
+        switch = self.view.switch_by_dpid(dp.id)
+        if switch is None or self.datapaths.get(switch) is not dp:
+            self.refuse("unregistered_datapath", "event from datapath %s, not a registered switch "
+                        "connection: ignored", dp.id)
+            return None
+        return switch
+
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     def _port_desc(self, ev):
-        switch, ofp = self.view.switch_by_dpid(ev.msg.datapath.id), ev.msg.datapath.ofproto
+        self.handle("port_desc", self._port_desc_round, ev)
+
+    def _port_desc_round(self, ev):
+        switch, ofp = self._registered(ev.msg.datapath), ev.msg.datapath.ofproto
         for desc in ev.msg.body:
             self._port_changed(switch, desc.port_no, port_is_up(ofp, desc))
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def _port_status(self, ev):
+        self.handle("port_status", self._port_status_round, ev)
+
+    def _port_status_round(self, ev):
         ofp, desc = ev.msg.datapath.ofproto, ev.msg.desc
         up = ev.msg.reason != ofp.OFPPR_DELETE and port_is_up(ofp, desc)
-        self._port_changed(self.view.switch_by_dpid(ev.msg.datapath.id), desc.port_no, up)
+        self._port_changed(self._registered(ev.msg.datapath), desc.port_no, up)
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _disconnected(self, ev):
-        switch = self.unregister(ev.datapath)
+        with self.lock:
+            switch = self.unregister(ev.datapath)
         if switch:
-            self.logic.switch_disconnected(switch)
+            self.handle("switch_disconnected", self.logic.switch_disconnected, switch)
 
     def _port_changed(self, switch, port, up):
         if switch is None or port > 0xFFFFFF00:
+            return
+        if self.view.peer(switch, port) is None:
+            self.refuse("unknown_port", "port %s:%d is not in the topology: ignored", switch, port)
             return
         for sw, msgs in self.logic.link_changed(switch, port, up).items():
             self.logger.info("port %s:%d %s: updating %s", switch, port, "up" if up else "down", sw)

@@ -18,11 +18,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.validate import finite_number, strict_json
+
+MAX_FILE_BYTES = 64 << 20
 ROLES = ("edge", "aggregation", "core")
 # Layer of a role counted from the hosts up; used to spread single paths.
 ROLE_LAYER = {"edge": 0, "aggregation": 1, "core": 2}
 # Interface names are "<node>-eth<port>" and Linux limits them to 15 chars.
-_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,8}$")
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,8}")
+MAX_CAPACITY_MBPS = 10_000_000   # 10 Tb/s: anything above is a typo (or Infinity)
+
+
+def host_address_problem(ip: Any) -> str | None:
+    """Why ``ip`` cannot be a host's unicast IPv4 address, or None."""
+    try:
+        addr = ipaddress.IPv4Address(ip)
+    except (ValueError, TypeError):
+        return "is not an IPv4 address"
+    if addr.is_multicast:
+        return "is a multicast address"
+    if addr.is_unspecified or addr == ipaddress.IPv4Address("255.255.255.255"):
+        return "is not a host address (unspecified or broadcast)"
+    if addr.is_loopback or addr.is_reserved or addr.is_link_local:
+        return "is a loopback, reserved or link-local address"
+    return None
 _MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 
 
@@ -113,12 +132,18 @@ class TopologyDescription:
 
     @classmethod
     def load(cls, path: str | Path) -> "TopologyDescription":
+        """Read and validate a file: unreadable, non-UTF-8, non-JSON,
+        NaN/Infinity and absurdly nested files are TopologyErrors too."""
         try:
-            data = json.loads(Path(path).read_text())
+            raw = Path(path).read_bytes()
         except OSError as exc:
             raise TopologyError([f"{path}: cannot read: {exc.strerror}"]) from exc
-        except json.JSONDecodeError as exc:
-            raise TopologyError([f"{path}: not valid JSON: {exc}"]) from exc
+        if len(raw) > MAX_FILE_BYTES:
+            raise TopologyError([f"{path}: {len(raw)} bytes, more than {MAX_FILE_BYTES}"])
+        try:
+            data = strict_json(raw, str(path))
+        except ValueError as exc:
+            raise TopologyError([str(exc)]) from None
         return cls.from_dict(data)
 
     # ---- validation ----------------------------------------------------
@@ -126,6 +151,10 @@ class TopologyDescription:
         problems: list[str] = []
         if not isinstance(self.mtu, int) or isinstance(self.mtu, bool) or not 576 <= self.mtu <= 9216:
             problems.append(f"mtu: {self.mtu!r} must be an integer in 576..9216")
+        if not self.switches:
+            problems.append("switches: a fabric needs at least one switch")
+        if not self.hosts:
+            problems.append("hosts: a fabric needs at least one host")
         nodes: dict[str, str] = {}
         dpids: dict[int, str] = {}
         for i, sw in enumerate(self.switches):
@@ -146,10 +175,9 @@ class TopologyDescription:
             where = f"hosts[{i}] ({h.name})"
             self._check_name(where, h.name, nodes, problems)
             nodes.setdefault(h.name, "host")
-            try:
-                ipaddress.IPv4Address(h.ip)
-            except ValueError:
-                problems.append(f"{where}: ip {h.ip!r} is not an IPv4 address")
+            problem = host_address_problem(h.ip)
+            if problem:
+                problems.append(f"{where}: ip {h.ip!r} {problem}")
             if h.ip in ips:
                 problems.append(f"{where}: duplicate ip {h.ip} (also {ips[h.ip]})")
             ips.setdefault(h.ip, h.name)
@@ -162,10 +190,11 @@ class TopologyDescription:
         linked: set[str] = set()
         for i, lk in enumerate(self.links):
             where = f"links[{i}] ({lk.label()})"
-            if not lk.capacity_mbps > 0:
-                problems.append(f"{where}: capacity_mbps {lk.capacity_mbps} must be positive")
-            if lk.queue_bytes is not None and lk.queue_bytes <= 0:
-                problems.append(f"{where}: queue_bytes {lk.queue_bytes} must be positive")
+            if not finite_number(lk.capacity_mbps) or not 0 < lk.capacity_mbps <= MAX_CAPACITY_MBPS:
+                problems.append(f"{where}: capacity_mbps {lk.capacity_mbps} must be a finite number in "
+                                f"(0, {MAX_CAPACITY_MBPS}]")
+            if lk.queue_bytes is not None and not 0 < lk.queue_bytes < 2**32:
+                problems.append(f"{where}: queue_bytes {lk.queue_bytes} must be in 1..2^32-1")
             if lk.a == lk.b:
                 problems.append(f"{where}: a link cannot connect {lk.a} to itself")
             for end, port in ((lk.a, lk.a_port), (lk.b, lk.b_port)):
@@ -192,7 +221,7 @@ class TopologyDescription:
 
     @staticmethod
     def _check_name(where: str, name: str, nodes: dict[str, str], problems: list[str]) -> None:
-        if not _NAME_RE.match(name):
+        if not _NAME_RE.fullmatch(name):  # fullmatch: "$" alone would let a trailing newline in
             problems.append(f"{where}: name must be a letter then up to 8 letters, digits or '_' "
                             f"(it becomes part of interface names)")
         if name in nodes:

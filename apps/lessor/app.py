@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import struct
 import time
@@ -21,10 +22,11 @@ from pathlib import Path
 import psutil
 
 from apps.lessor.logic import LessorLogic
-from apps.lessor.pmpt import warm_up
+from apps.lessor.pmpt import DEFAULT_EPSILON, check_epsilon, warm_up
 from apps.lessor.pre import PollingConfig
 from controller import ofmsg
 from controller.app_base import ForwardingApp
+from controller.validate import finite_number, strict_json
 from controller.sdn import MAIN_DISPATCHER, hub, ofp_event, set_ev_cls
 
 SETTINGS_ENV = "BWFABRIC_LESSOR"
@@ -32,15 +34,20 @@ STATE_ENV = "BWFABRIC_STATE_FILE"
 
 
 def load_settings(raw: str | None) -> tuple[PollingConfig | None, float]:
-    """(polling config, or None for the app's default; epsilon)."""
-    data = json.loads(raw) if raw else {}
+    """(polling config, or None for the app's default; epsilon). Every value
+    must be a finite number; each bad one is named."""
+    data = strict_json(raw, SETTINGS_ENV) if raw else {}
     if not isinstance(data, dict):
         raise ValueError(f"{SETTINGS_ENV}: must be a JSON object")
     fields = {f.name for f in dataclasses.fields(PollingConfig)}
     unknown = sorted(set(data) - fields - {"epsilon"})
     if unknown:
         raise ValueError(f"{SETTINGS_ENV}: unknown keys {unknown}; valid: {sorted(fields | {'epsilon'})}")
-    epsilon = float(data.pop("epsilon", 0.05))
+    bad = [f"{k}={v!r}" for k, v in sorted(data.items()) if not finite_number(v)]
+    if bad:
+        raise ValueError(f"{SETTINGS_ENV}: {', '.join(bad)}: must be finite numbers")
+    epsilon = float(data.pop("epsilon", DEFAULT_EPSILON))
+    check_epsilon(epsilon)
     if not data:
         return None, epsilon
     cfg = PollingConfig(**{k: float(v) for k, v in data.items()})
@@ -66,6 +73,7 @@ class LessorApp(ForwardingApp):
         self.t0_wall = time.time()  # cpu_log times are seconds after this epoch
         self.decide_at: float | None = None
         self.poller = None
+        self.polls = 0                      # polls sent (at least one ToR connected)
 
     def start(self):
         thread = super().start()
@@ -75,15 +83,26 @@ class LessorApp(ForwardingApp):
     # ---- events (switch connect, ports, disconnect: ForwardingApp) -------------------
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _flow_stats(self, ev):
-        switch = self.view.switch_by_dpid(ev.msg.datapath.id)
+        self.handle("flow_stats", self._flow_stats_round, ev)
+
+    def _flow_stats_round(self, ev):
+        switch = self._registered(ev.msg.datapath)
+        if switch is None:
+            return
         entries = [(dict(s.match.items()), s.byte_count) for s in ev.msg.body]
         decide_at = self.lessor.flow_stats(switch, entries, time.monotonic())
         self.decide_at = decide_at if self.decide_at is None else min(self.decide_at, decide_at)
 
     @set_ev_cls(ofp_event.EventOFPEchoReply, MAIN_DISPATCHER)
     def _echo_reply(self, ev):
-        if len(ev.msg.data) == 8:
-            self.last_rtt = time.monotonic() - struct.unpack("!d", ev.msg.data)[0]
+        self.handle("echo_reply", self._echo_reply_round, ev)
+
+    def _echo_reply_round(self, ev):
+        rtt = echo_rtt(ev.msg.data, time.monotonic())
+        if rtt is None:
+            self.refuse("echo_reply", "echo reply with a payload that is not a sane send time: ignored")
+            return
+        self.last_rtt = rtt
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev):
@@ -91,30 +110,48 @@ class LessorApp(ForwardingApp):
 
     # ---- the polling loop (a green thread) -----------------------------------------------
     def _poll_loop(self):
+        """Never returns: every round runs through the loop guard, so an
+        exception in one round is logged, counted and followed by the next
+        round (after a back-off while rounds keep failing)."""
         next_poll = time.monotonic() + 1.0
         while True:
             hub.sleep(max(0.0, next_poll - time.monotonic()))
+            ok, result = self.guard.run("poll", self._poll_round)
+            if ok:
+                next_poll = result
+            else:
+                self.decide_at = None
+                next_poll = time.monotonic() + self.guard.backoff("poll", max(1.0, self.lessor.polling.period_s))
+            with self.lock:
+                self.guard.run("state", self._write_state)
+
+    def _poll_round(self) -> float:
+        """One poll, its decision and the allocation; returns the next poll's time."""
+        with self.lock:
             self.decide_at = None
             now = time.monotonic()
             requests = {sw: msgs for sw, msgs in self.lessor.poll(now).items() if sw in self.datapaths}
             if not requests:  # no ToR connected yet: nothing to measure, look again soon
-                next_poll = now + 0.5
-                continue
-            for sw, msgs in requests.items():
-                self.send(sw, [*msgs, ofmsg.EchoRequest(struct.pack("!d", time.monotonic()))])
-            deadline = now + max(1.0, self.lessor.polling.period_s)
-            while self.decide_at is None and time.monotonic() < deadline:
-                hub.sleep(0.05)
-            if self.decide_at is not None:
-                hub.sleep(max(0.0, self.decide_at - time.monotonic()))
-            cpu = self.process.cpu_percent(None) / 100.0
+                return now + 0.5
+            self.polls += 1
+        for sw, msgs in requests.items():
+            self.send(sw, [*msgs, ofmsg.EchoRequest(struct.pack("!d", time.monotonic()))])
+        deadline = now + max(1.0, self.lessor.polling.period_s)
+        while self.decide_at is None and time.monotonic() < deadline:
+            hub.sleep(0.05)
+        if self.decide_at is not None:
+            hub.sleep(max(0.0, min(self.decide_at, deadline + self.lessor.polling.period_s) - time.monotonic()))
+        cpu = self.process.cpu_percent(None) / 100.0
+        with self.lock:
             rtt, self.last_rtt = self.last_rtt, None
             next_poll = self.lessor.decide(time.monotonic(), cpu, rtt)  # compares rtt with earlier ones
             if rtt is not None:
                 self.lessor.polling.record_rtt(rtt)
             self.cpu_log.append((time.monotonic() - self.t0, cpu, self.lessor.polling.period_s))
-            self._reallocate()
-            self._write_state()
+            del self.cpu_log[:-2000]
+            # the allocation is a round of its own: a failure there never skips the next poll
+            self.guard.run("allocate", self._reallocate)
+        return next_poll
 
     def _reallocate(self):
         flows = self.lessor.long_flows()
@@ -124,6 +161,11 @@ class LessorApp(ForwardingApp):
         self.lessor.allocations += 1
         from eventlet import tpool  # a real OS thread: the event loop keeps running
         allocation = tpool.execute(self.lessor.allocate, flows)
+        if allocation.stopped_by == "max phases":
+            self.lessor.uncertified += 1
+            self.logger.warning("PMPT stopped at its phase cap after %d phases without a certified gap: "
+                                "lambda %.4g, dual bound %.4g (placed anyway)",
+                                allocation.phases, allocation.lam, allocation.upper_bound)
         for sw, msgs in self.lessor.install(allocation, flows):
             self.send(sw, msgs)
 
@@ -132,7 +174,25 @@ class LessorApp(ForwardingApp):
             return
         state = self.lessor.state()
         state.update(packet_ins=self.packet_ins, cpu_log=self.cpu_log[-500:], t0_wall=self.t0_wall,
-                     switches=sorted(self.datapaths))
+                     switches=sorted(self.datapaths), polls=self.polls, loops=self.guard.as_dict(),
+                     refused=dict(sorted(self.refused.items())))
         tmp = Path(self.state_file + ".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
+
+
+ECHO_RTT_MAX_S = 60.0
+
+
+def echo_rtt(data: bytes, now: float) -> float | None:
+    """The RTT an echo reply carries (our request put ``time.monotonic()``
+    in its payload), or None for a payload that is not ours or a time that
+    is not finite, lies in the future, or is older than a minute: such a
+    sample must not reach Algorithm 1's RTT average."""
+    if not isinstance(data, (bytes, bytearray)) or len(data) != 8:
+        return None
+    (sent,) = struct.unpack("!d", data)
+    rtt = now - sent
+    if not math.isfinite(rtt) or not 0.0 <= rtt <= ECHO_RTT_MAX_S:
+        return None
+    return rtt

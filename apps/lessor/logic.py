@@ -59,6 +59,10 @@ class LessorLogic:
         self.allocations = self.allocations_skipped = 0
         self._last_input: tuple[int, dict] | None = None  # (view version, demands) of the last allocation
         self.edges = [sw for sw in view.switches if view.graph.nodes[sw]["role"] == "edge"]
+        self.edge_set = set(self.edges)
+        self.untrusted = 0        # counter entries not trusted as their source host's flow (flow_stats)
+        self.unroutable: list[FiveTuple] = []   # long flows of the last allocation with no usable path
+        self.uncertified = 0      # allocations PMPT ended at its phase cap without a certified gap
 
     # ---- switches ------------------------------------------------------------------
     def switch_connected(self, switch: str) -> list[ofmsg.Message]:
@@ -96,16 +100,38 @@ class LessorLogic:
 
     def flow_stats(self, switch: str, entries: list[tuple[dict, int]], now: float) -> float:
         """Counter entries of one ToR: (match fields, byte count). Returns
-        when the next polling period is to be decided."""
+        when the next polling period is to be decided.
+
+        A counter is trusted as host H's flow only if its source address is
+        H's, H sits behind this ToR, and the counter was learned on H's port
+        there. Anything else -- a spoofed source, a destination outside the
+        fabric, a counter that is not a non-negative integer, a reply from a
+        switch that is not a ToR -- is counted in ``untrusted`` and left
+        alone: it stays on the destination-based defaults, and never reaches
+        PMPT (where an unknown host has no NIC rate to estimate from)."""
         for match, byte_count in entries:
-            key = five_tuple(match)
+            key = self._trusted_key(switch, match, byte_count)
             if key is None:
+                self.untrusted += 1
                 continue
             dst = self.view.host_by_ip(key[1])
-            if dst is None:
-                continue
             self.table.update(key, switch, self.view.host_switch(dst)[0], byte_count, now)
         return self.schedule.first_reply(now)
+
+    def _trusted_key(self, switch: str, match: dict, byte_count) -> FiveTuple | None:
+        if switch not in self.edge_set or isinstance(byte_count, bool) or not isinstance(byte_count, int) \
+                or not 0 <= byte_count < 2**64:
+            return None
+        key = five_tuple(match)
+        if key is None:
+            return None
+        src, dst = self.view.host_by_ip(key[0]), self.view.host_by_ip(key[1])
+        if src is None or dst is None or src == dst:
+            return None
+        tor, port = self.view.host_switch(src)
+        if tor != switch or match.get("in_port", port) != port:
+            return None
+        return key
 
     def decide(self, now: float, cpu: float, rtt_s: float | None) -> float:
         """Algorithm 1's decision; returns the time of the next poll. Flows
@@ -166,6 +192,8 @@ class LessorLogic:
         """Messages per switch, in the order to send them (make-before-break)."""
         self.last_allocation = allocation
         self._last_input = (self.view.version, {f.key: f.demand for f in flows})
+        # no path now: they stay on the defaults (which also have none until a link comes back)
+        self.unroutable = sorted(allocation.unroutable)
         adds: list[tuple[str, list[ofmsg.Message]]] = []
         removals: list[tuple[str, list[ofmsg.Message]]] = []
         wanted = {}
@@ -265,6 +293,10 @@ class LessorLogic:
             "allocations": self.allocations,
             "allocations_skipped": self.allocations_skipped,
             "lambda": None if alloc is None else alloc.lam,
+            "untrusted_counters": self.untrusted,
+            "unroutable": [list(k) for k in self.unroutable],
+            "uncertified_allocations": self.uncertified,
+            "stopped_by": None if alloc is None else alloc.stopped_by,
             "lambda_one_path": None if alloc is None else alloc.integral_lam,
         }
 

@@ -32,8 +32,9 @@ class PathDictionary:
             self._version = self.view.version
 
     def paths(self, src_tor: str, dst_tor: str) -> tuple[list[tuple[str, ...]], np.ndarray]:
-        """(node paths, link-index array of shape (n_paths, hops)); empty when
-        the ToRs are disconnected. Same ToR: one empty path."""
+        """(node paths, link-index array of shape (n_paths, hops)); empty
+        (shape (0, 0)) when the ToRs are disconnected. Same ToR: one empty
+        path."""
         self._refresh()
         key = (src_tor, dst_tor)
         hit = self._paths.get(key)
@@ -42,9 +43,12 @@ class PathDictionary:
                 nodes = [(src_tor,)]
                 idx = np.zeros((1, 0), dtype=np.int64)
             else:
-                nodes = self.view.equal_cost_paths(src_tor, dst_tor)
+                # a path over a zero-capacity link carries nothing: it is no candidate
+                nodes = [p for p in self.view.equal_cost_paths(src_tor, dst_tor)
+                         if all(self.capacity[self.index[lk]] > 0 for lk in self.view.path_links(p))]
+                hops = len(nodes[0]) - 1 if nodes else 0
                 idx = np.array([[self.index[lk] for lk in self.view.path_links(p)] for p in nodes],
-                               dtype=np.int64).reshape(len(nodes), -1)
+                               dtype=np.int64).reshape(len(nodes), hops)
             hit = (nodes, idx)
             self._paths[key] = hit
         return hit

@@ -173,14 +173,47 @@ def _flatten(groups: list[_Group]) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return path_links, path_hops, group_start, x
 
 
+def check_epsilon(epsilon: float) -> None:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < 0.5:
+        raise ValueError(f"epsilon={epsilon!r}: must be a number in (0, 0.5)")
+
+
+def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
+    """PMPT's inputs, refused by name: every demand a finite number >= 0,
+    remaining sizes finite and >= 0, flow keys unique (two flows with one
+    key would be merged silently), link capacities finite and >= 0 (a zero
+    capacity makes a link unusable; a negative one is an error)."""
+    seen: set = set()
+    for f in flows:
+        if f.key in seen:
+            raise ValueError(f"flow {f.key!r}: duplicate flow key")
+        seen.add(f.key)
+        if isinstance(f.demand, bool) or not isinstance(f.demand, (int, float)) or not \
+                (math.isfinite(f.demand) and f.demand >= 0):
+            raise ValueError(f"flow {f.key!r}: demand {f.demand!r} must be a finite number >= 0")
+        if f.remaining_bytes is not None and not (isinstance(f.remaining_bytes, (int, float))
+                                                  and math.isfinite(f.remaining_bytes)
+                                                  and f.remaining_bytes >= 0):
+            raise ValueError(f"flow {f.key!r}: remaining_bytes {f.remaining_bytes!r} must be finite and >= 0")
+    cap = paths.capacity
+    bad = np.flatnonzero(~np.isfinite(cap) | (cap < 0))
+    if len(bad):
+        u, v = paths.links[int(bad[0])]
+        raise ValueError(f"link {u}->{v}: capacity {cap[bad[0]]!r} must be finite and >= 0")
+
+
 def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFAULT_EPSILON,
          max_phases: int = 5000) -> Allocation:
+    """Groups with no usable path (a ToR cut off by failures, zero-capacity
+    links) are reported in ``unroutable``; every other flow is still placed."""
     from apps.lessor import _kernels as K
 
-    if not 0 < epsilon < 0.5:
-        raise ValueError(f"epsilon={epsilon}: must be in (0, 0.5)")
+    check_epsilon(epsilon)
+    if isinstance(max_phases, bool) or not isinstance(max_phases, int) or max_phases < 1:
+        raise ValueError(f"max_phases={max_phases!r}: must be an integer >= 1")
     t_start = time.perf_counter()
     flows = list(flows)
+    check_inputs(flows, paths)
     groups, local, unroutable = _groups(flows, paths)
     flow_path: dict[Hashable, tuple[str, ...]] = {f.key: (f.src_tor,) for f in local}
     flow_rate: dict[Hashable, float] = {f.key: f.demand for f in local}
@@ -193,8 +226,8 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
     bottleneck = np.concatenate([g.bottleneck for g in groups])
     used = np.unique(np.concatenate([g.idx.ravel() for g in groups]))
     scale = _cut_bound(groups, paths)
-    if scale <= 0:
-        raise ValueError("a ToR with demand has no usable link")
+    if not scale > 0:  # every group has a path of positive capacity, so this cannot happen
+        raise AssertionError(f"PMPT: cut bound {scale} for groups that all have paths")
     demand = np.array([g.demand * scale for g in groups])  # scaled: lambda* <= 1
     ln_inv_delta = math.log(len(used) / (1 - epsilon)) / epsilon
     length = np.zeros(len(cap))

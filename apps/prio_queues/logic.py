@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from controller import ofmsg
 from controller.network_view import NetworkView
+from controller.validate import finite_number
 from controller.pipeline import APP_PRIO_QUEUES, PRIO_CLASSIFY, TABLE_CLASSIFY, TABLE_FORWARD, cookie, wipe_app
 
 TOS_BG = 0x00
@@ -97,13 +98,13 @@ class PrioQueuesLogic:
         for host, mbps in sorted(guarantees_mbps.items()):
             if view is not None and (host not in view.graph or not view.is_host(host)):
                 problems.append(f"{host!r} is not a host of the topology")
-            elif not isinstance(mbps, (int, float)) or isinstance(mbps, bool) or mbps <= 0:
+            elif not finite_number(mbps) or mbps <= 0:
                 problems.append(f"{host}: guarantee {mbps!r} must be a positive number of Mb/s")
             elif mbps > view.capacity(host, view.host_switch(host)[0]) / 1e6:
                 problems.append(f"{host}: guarantee {mbps} Mb/s exceeds its link")
         if burst_kbit is not None and (not isinstance(burst_kbit, int) or isinstance(burst_kbit, bool)
-                                       or burst_kbit <= 0):
-            problems.append(f"burst_kbit {burst_kbit!r} must be a positive integer (kilobits)")
+                                       or not 0 < burst_kbit < 2**32):
+            problems.append(f"burst_kbit {burst_kbit!r} must be a positive integer (kilobits) below 2^32")
         if problems:
             raise ValueError("prio_queues: " + "; ".join(problems))
         self.view = view

@@ -106,7 +106,7 @@ def test_check_config_cli(tmp_path, fattree_dict, capsys):
     bad_path.write_text(json.dumps(bad))
     assert cli_main(["check-config", str(bad_path)]) == 1
     err = capsys.readouterr().err
-    assert "links[0] (h1:0 -- e0_0:1): capacity_mbps -1 must be positive" in err
+    assert "links[0] (h1:0 -- e0_0:1): capacity_mbps -1 must be a finite number" in err
     assert cli_main(["check-config", "--builtin"]) == 0
     assert capsys.readouterr().out.count("ok: built-in") == 5
     (tmp_path / "junk.json").write_text("{not json")

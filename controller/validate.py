@@ -1,0 +1,69 @@
+"""Input checks shared by every boundary (settings, topology files, agent
+configs, algorithm inputs): finite numbers and strict JSON.
+
+Python's ``json`` accepts ``NaN``, ``Infinity`` and ``-Infinity`` and turns
+them into floats that compare false with everything, so a range check like
+``not x > 0`` is the only kind that catches them; ``x < 0`` lets them through.
+Everything here refuses them outright and names what was refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+MAX_NESTING = 32   # no bwfabric document is deeper than a handful of levels
+
+
+def finite_number(x: Any) -> bool:
+    """An int or float (not a bool) that is neither NaN nor infinite."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return math.isfinite(x)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number bwfabric accepts (non-finite)")
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON text, strings skipped (cheap and
+    bounded: checked before ``json.loads``, whose recursion would otherwise
+    raise RecursionError on absurd nesting)."""
+    depth = deepest = 0
+    in_str = escape = False
+    for ch in text:
+        if in_str:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def strict_json(raw: str | bytes, what: str, max_depth: int = MAX_NESTING) -> Any:
+    """Parse JSON refusing non-UTF-8 bytes, NaN/Infinity and nesting deeper
+    than ``max_depth``; every failure is a ValueError naming ``what``."""
+    if isinstance(raw, (bytes, bytearray)):
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{what}: not UTF-8 text (byte {exc.start})") from None
+    if nesting_depth(raw) > max_depth:
+        raise ValueError(f"{what}: nested deeper than {max_depth} levels")
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant)
+    except ValueError as exc:  # JSONDecodeError is a ValueError; so is _refuse_constant's
+        raise ValueError(f"{what}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what}: nested too deeply") from None
