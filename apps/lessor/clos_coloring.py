@@ -138,7 +138,12 @@ def route(view: NetworkView, groups, order, cap: np.ndarray) -> dict[Hashable, i
         lookup.append(table)
     # fewest flows per link first: that is the lowest maximum load
     for m in range(1, m_max + 1):
-        out = _colour_levels(view, groups, order, lookup, ranks, m)
+        try:
+            out = _colour_levels(view, groups, order, lookup, ranks, m)
+        except KeyError:
+            # a group lacks the path of some colour (a link down or of zero
+            # capacity): the fabric is no complete Clos, the colouring does not apply
+            return None
         if out is not None:
             return out
     return None

@@ -1,0 +1,266 @@
+"""Issue #20 §1: the controller's loops and inputs. Each test reproduces one
+way the landed code died or went wrong (spoofed sources, a ToR cut off,
+replies from strangers, absurd settings and echo payloads, PMPT inputs) and
+asserts the controller now refuses it by name or routes around it."""
+
+import json
+import math
+import struct
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from os_ken.controller import ofp_event
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from apps.lessor.app import LessorApp, echo_rtt, load_settings
+from apps.lessor.logic import LessorLogic
+from apps.lessor.paths import PathDictionary
+from apps.lessor.pmpt import LongFlow, pmpt
+from controller.fakenet import FakeNetwork
+from controller.loops import LoopGuard
+from controller.network_view import NetworkView
+from mininet_topos import builders
+from tests.unit.test_apps_smoke import Msg, RecordingDatapath
+from tests.unit.test_lessor_fakenet import PAIRS, _poll, _send
+
+
+def _fabric():
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    logic = LessorLogic(view)
+    net = FakeNetwork(view)
+    for sw in view.switches:
+        net.apply(sw, logic.switch_connected(sw))
+    return view, logic, net
+
+
+def _spoofed(net, src, fake_ip, dst, packets, sport=3000):
+    for _ in range(packets):
+        pkt = net.packet(src, dst, sport=sport, length=9000)
+        pkt["ipv4_src"] = fake_ip
+        net.trace(src, pkt)
+
+
+@pytest.mark.parametrize("fake_ip", ["10.99.0.1", "10.0.0.5"])   # outside the fabric / another host's
+def test_a_spoofed_source_is_not_trusted_and_allocation_goes_on(fake_ip):
+    view, logic, net = _fabric()
+    _poll(logic, net, 0.0)
+    for t in (1.0, 2.0):
+        _send(net, PAIRS[:2], packets=20)
+        _spoofed(net, "h1", fake_ip, "h16", packets=20)
+        _poll(logic, net, t)
+    keys = set(logic.table.flows)
+    assert all(k[0] != fake_ip for k in keys)          # never taken for anybody's flow
+    assert logic.untrusted > 0
+    flows = logic.long_flows()                          # raised KeyError on the landed code
+    assert {f.key[0] for f in flows} == {view.ip(s) for s, _ in PAIRS[:2]}
+    alloc = logic.allocate(flows)
+    assert set(alloc.flow_path) == {f.key for f in flows}
+
+
+def test_a_tor_cut_off_leaves_its_flows_unroutable_and_the_others_placed():
+    view, logic, net = _fabric()
+    _poll(logic, net, 0.0)
+    for t in (1.0, 2.0):
+        _send(net, PAIRS, packets=20)
+        _poll(logic, net, t)
+    flows = logic.long_flows()
+    # e0_0 (h1, h2) loses both uplinks while its long flows are still in the table
+    for agg in ("a0_0", "a0_1"):
+        view.set_link_state("e0_0", agg, False)
+    alloc = logic.allocate(flows)                       # "cannot reshape array of size 0" before
+    cut = {f.key for f in flows if f.src_tor == "e0_0"}
+    assert cut and set(alloc.unroutable) == cut
+    assert set(alloc.flow_path) == {f.key for f in flows} - cut
+    for sw, msgs in logic.install(alloc, flows):
+        net.apply(sw, msgs)
+    assert logic.state()["unroutable"] == sorted([list(k) for k in cut])
+
+
+def _paths(mutate=None):
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    if mutate:
+        mutate(view)
+    return view, PathDictionary(view)
+
+
+def test_pmpt_places_around_a_zero_capacity_link():
+    def zero(view):
+        view.graph.edges["e0_0", "a0_0"]["capacity"] = 0.0
+    view, pd = _paths(zero)
+    flows = [LongFlow(i, "e0_0", "e1_0", 5e6) for i in range(3)]
+    alloc = pmpt(flows, pd)                             # ZeroDivisionError before
+    assert all(p[1] != "a0_0" for p in alloc.flow_path.values())
+    assert alloc.lam > 0 and not alloc.unroutable
+
+
+@pytest.mark.timeout(30)
+def test_pmpt_refuses_a_negative_capacity_by_name():
+    def negative(view):
+        view.graph.edges["a0_0", "c1"]["capacity"] = -1e6
+    _, pd = _paths(negative)
+    with pytest.raises(ValueError, match="a0_0->c1: capacity"):   # hung before
+        pmpt([LongFlow(0, "e0_0", "e1_0", 5e6)], pd)
+
+
+@pytest.mark.parametrize("demand", [-1e6, math.nan, math.inf])
+def test_pmpt_refuses_bad_demands_by_name(demand):
+    _, pd = _paths()
+    flows = [LongFlow("good", "e0_0", "e1_0", 5e6), LongFlow("bad", "e0_0", "e1_0", demand)]
+    with pytest.raises(ValueError, match="flow 'bad': demand"):
+        pmpt(flows, pd)
+
+
+def test_pmpt_refuses_duplicate_flow_keys():
+    _, pd = _paths()
+    with pytest.raises(ValueError, match="duplicate flow key"):
+        pmpt([LongFlow(1, "e0_0", "e1_0", 5e6), LongFlow(1, "e0_1", "e1_0", 5e6)], pd)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.5, 0.7, -0.1, math.nan, math.inf, True])
+def test_pmpt_refuses_epsilon_outside_its_range(eps):
+    _, pd = _paths()
+    with pytest.raises(ValueError, match="epsilon"):
+        pmpt([LongFlow(1, "e0_0", "e1_0", 5e6)], pd, epsilon=eps)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7),
+                          st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**10))),
+                min_size=1, max_size=8))
+def test_pmpt_inputs_give_a_placement_or_a_named_error(raw):
+    """Property: any demands -> either every flow with a positive demand
+    placed at a finite non-negative rate (a group of zero demand has
+    nothing to place and stays on the defaults), or a ValueError naming a
+    flow whose demand is not a finite number >= 0."""
+    _, pd = _paths()
+    tors = [f"e{p}_{i}" for p in range(4) for i in range(2)]
+    flows = [LongFlow(i, tors[s], tors[d], dem) for i, (s, d, dem) in enumerate(raw)]
+    try:
+        alloc = pmpt(flows, pd)
+    except ValueError as exc:
+        assert str(exc).startswith("flow ")
+        assert any(not (isinstance(f.demand, (int, float)) and math.isfinite(f.demand) and f.demand >= 0)
+                   for f in flows)
+        return
+    grouped = {}
+    for f in flows:
+        grouped[(f.src_tor, f.dst_tor)] = grouped.get((f.src_tor, f.dst_tor), 0) + f.demand
+    assert set(alloc.flow_path) == {f.key for f in flows
+                                    if f.src_tor == f.dst_tor or grouped[(f.src_tor, f.dst_tor)] > 0}
+    assert all(r >= 0 and math.isfinite(r) for r in alloc.flow_rate.values())
+
+
+# ---- the os-ken app ---------------------------------------------------------------------------
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    topo = builders.fattree(4, link_mbps=10)
+    topo.save(tmp_path / "t.json")
+    monkeypatch.setenv("BWFABRIC_TOPOLOGY", str(tmp_path / "t.json"))
+    monkeypatch.delenv("BWFABRIC_STATE_FILE", raising=False)
+    monkeypatch.setenv("BWFABRIC_LESSOR", json.dumps({"min_s": 0.5}))
+    inst = LessorApp()
+    view = NetworkView(topo)
+    dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
+    for dp in dps.values():
+        dp.is_active = True
+        inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+    return inst, dps
+
+
+def _stats(fields, byte_count):
+    return parser.OFPFlowStats(table_id=3, duration_sec=1, duration_nsec=0, priority=100, idle_timeout=10,
+                               hard_timeout=0, flags=0, cookie=5 << 48, packet_count=10,
+                               byte_count=byte_count, match=parser.OFPMatch(**fields), instructions=[])
+
+
+FLOW = dict(eth_type=0x800, ip_proto=6, in_port=1, ipv4_src="10.0.0.1", ipv4_dst="10.0.0.16",
+            tcp_src=1000, tcp_dst=80)
+
+
+def test_flow_stats_from_a_stranger_change_nothing_and_allocation_survives(app):
+    inst, dps = app
+    stranger = RecordingDatapath(4242)
+    for b in (0, 10**6):
+        inst._flow_stats(ofp_event.EventOFPFlowStatsReply(Msg(stranger, body=[_stats(FLOW, b)])))
+    assert inst.lessor.table.flows == {}
+    assert inst.refused["unregistered_datapath"] == 2
+    inst._reallocate()                                   # PMPT got src_tor None and died before
+    assert inst.guard.stats["flow_stats"].errors == 0
+
+
+def test_a_second_connection_with_a_live_dpid_is_refused(app):
+    inst, dps = app
+    first = dps["e0_0"]
+    closed = []
+    intruder = RecordingDatapath(first.id)
+    intruder.close = lambda: closed.append(True)
+    inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(intruder)))
+    assert inst.datapaths["e0_0"] is first and closed == [True] and intruder.sent == []
+    assert inst.refused["duplicate_datapath"] == 1
+    # once the first connection is dead, a reconnect takes its place
+    first.is_active = False
+    again = RecordingDatapath(first.id)
+    inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(again)))
+    assert inst.datapaths["e0_0"] is again and again.sent
+
+
+@pytest.mark.parametrize("payload", [struct.pack("!d", math.nan), struct.pack("!d", math.inf),
+                                     struct.pack("!d", -math.inf), struct.pack("!d", 1e300),
+                                     struct.pack("!d", time.monotonic() + 5), b"\x00" * 7, b""])
+def test_an_absurd_echo_reply_does_not_reach_the_rtt_estimate(app, payload):
+    inst, dps = app
+    inst._echo_reply(ofp_event.EventOFPEchoReply(Msg(dps["e0_0"], data=payload)))
+    assert inst.last_rtt is None and inst.refused["echo_reply"] == 1
+    assert echo_rtt(struct.pack("!d", 10.0), 10.25) == 0.25
+
+
+@pytest.mark.parametrize("raw,name", [('{"epsilon": 0.7}', "epsilon"), ('{"epsilon": NaN}', "NaN"),
+                                      ('{"epsilon": Infinity}', "Infinity"), ('{"max_s": 1e999}', "max_s"),
+                                      ('{"min_s": "1"}', "min_s"), ('{"epsilon": true}', "epsilon"),
+                                      ('{"a": ' * 40 + "1" + "}" * 40, "nested")])
+def test_bad_settings_are_refused_at_start_by_name(raw, name):
+    with pytest.raises(ValueError, match=name):
+        load_settings(raw)
+
+
+def test_a_failing_round_is_logged_counted_and_the_next_one_runs():
+    import logging
+    guard = LoopGuard(logging.getLogger("test"))
+    calls = []
+
+    def round_(i):
+        calls.append(i)
+        if i == 1:
+            raise ZeroDivisionError("boom")
+        return i
+
+    results = [guard.run("poll", round_, i) for i in range(3)]
+    assert results == [(True, 0), (False, None), (True, 2)] and calls == [0, 1, 2]
+    st_ = guard.stats["poll"]
+    assert (st_.rounds, st_.errors, st_.consecutive_errors) == (3, 1, 0)
+    assert st_.last_error == "ZeroDivisionError: boom"
+
+
+def test_the_poll_loop_survives_a_round_that_raises(app):
+    """The real _poll_loop thread: its first allocation raises; polling and
+    allocating go on (the landed loop died with the first exception)."""
+    import threading
+    inst, dps = app
+    calls = {"n": 0}
+    real = inst.lessor.long_flows
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("one bad round")
+        return real()
+
+    inst.lessor.long_flows = flaky
+    inst.lessor.polling.period_s = 0.5
+    threading.Thread(target=inst._poll_loop, daemon=True).start()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and calls["n"] < 3:
+        time.sleep(0.1)
+    assert calls["n"] >= 3, inst.guard.as_dict()
+    assert inst.guard.stats["allocate"].errors == 1 and inst.polls >= 3
