@@ -159,8 +159,10 @@ class LessorApp(ForwardingApp):
             self.lessor.allocations_skipped += bool(flows)
             return
         self.lessor.allocations += 1
-        from eventlet import tpool  # a real OS thread: the event loop keeps running
-        allocation = tpool.execute(self.lessor.allocate, flows)
+        # the poll loop is an OS thread of its own (os-ken's native hub): PMPT
+        # runs here, under the app's lock -- handlers wait for it (tens of ms on
+        # a k=4 fat-tree), they never see a half-installed allocation
+        allocation = self.lessor.allocate(flows)
         if allocation.stopped_by == "max phases":
             self.lessor.uncertified += 1
             self.logger.warning("PMPT stopped at its phase cap after %d phases without a certified gap: "
