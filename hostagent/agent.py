@@ -112,13 +112,14 @@ def connect(address: str, timeout: float = 5.0) -> socket.socket:
 
 # ---- the agent ------------------------------------------------------------------------------------
 class Agent:
-    def __init__(self, host: str, key: bytes, state_dir: Path):
+    def __init__(self, host: str, key: bytes, state_dir: Path, executor: Executor | None = None):
         state_dir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.rx = Receiver(key, host, ReplayGuard(state_dir / "last-seq"))
         self.tx = Sender(key, host, direction="a2c")
-        self.executor = Executor(state_file=state_dir / "executor.json")
+        self.executor = executor if executor is not None else Executor(state_file=state_dir / "executor.json")
         self.config: HostConfig | None = None
+        self.degraded: str | None = None    # set when a failed apply could not be undone
         self.rcvbuf: int | None = None   # Eq. 1's buffer from live subflows (None: not measured yet)
         self.sizer = BufferSizer()
         self.rejected = 0
@@ -138,33 +139,71 @@ class Agent:
             except (PlanError, ExecError, ValueError) as exc:
                 log.warning("%s refused: %s", msg_type, exc)
                 reply = {"ok": False, "error": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - an authenticated bug must not kill the connection
+                log.exception("%s failed", msg_type)
+                reply = {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
             return self.tx.seal("reply", reply)
+
+    def plan_for(self, cfg: HostConfig, rcvbuf: int | None):
+        """The plan of ``cfg`` with the pair slots the kernel has now."""
+        return host_plan(cfg, rcvbuf, self.executor.pair_slots(cfg.interface))
+
+    def put_in_force(self, cfg: HostConfig, rcvbuf: int | None) -> int:
+        """Apply ``cfg``; on failure put the previous configuration back (or,
+        with none, remove everything) and check the kernel against it. The
+        outcome is one of: the new config in force; the previous one in
+        force (ExecError says so); degraded (ExecError says so, status shows
+        it, ``config`` is None) -- never a silent mix."""
+        previous, previous_buf = self.config, self.rcvbuf
+        try:
+            changes = self.executor.apply(self.plan_for(cfg, rcvbuf))
+        except Exception as exc:  # noqa: BLE001 - whatever failed, undo it
+            what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ExecError) else str(exc)
+            try:
+                if previous is not None:
+                    self.executor.apply(self.plan_for(previous, previous_buf))
+                    left = self.executor.differences(self.plan_for(previous, previous_buf))
+                else:
+                    self.executor.teardown()
+                    left = self.executor.clean_differences()
+                if left:
+                    raise ExecError("kernel differs after the rollback: " + "; ".join(left[:5]))
+            except Exception as again:  # noqa: BLE001
+                self.config, self.degraded = None, f"{what}; rollback failed: {again}"
+                log.error("DEGRADED: %s", self.degraded)
+                raise ExecError(f"applying the configuration failed ({what}) and so did putting the "
+                                f"previous state back ({again}): degraded, nothing verified in force") from None
+            self.degraded = None
+            raise ExecError(f"applying the configuration failed ({what}); "
+                            + ("the previous one is in force (verified)" if previous is not None
+                               else "nothing is in force (verified)")) from None
+        self.config, self.rcvbuf, self.degraded = cfg, rcvbuf, None
+        return changes
 
     def _dispatch(self, msg_type: str, body: dict) -> dict:
         if msg_type == "config":
             cfg = HostConfig.from_dict(body)
             if cfg.host != self.host:
                 raise PlanError(f"configuration for host {cfg.host!r} sent to agent {self.host!r}")
-            plan = host_plan(cfg, self.rcvbuf)
-            previous = self.config
-            try:
-                changes = self.executor.apply(plan)
-            except Exception as exc:
-                if previous is not None:  # put the previous configuration back
-                    try:
-                        self.executor.apply(host_plan(previous, self.rcvbuf))
-                    except Exception as again:
-                        log.error("restoring the previous configuration failed too: %s", again)
-                raise ExecError(f"applying the configuration failed ({exc}); the previous one is in force"
-                                if previous else f"applying the configuration failed: {exc}") from None
-            self.config = cfg
+            changes = self.put_in_force(cfg, self.rcvbuf)
             log.info("configuration in force (%d changes): guarantee %.3g Mb/s, %d WC subflows, A_l %.3g",
                      changes, cfg.guarantee_mbps, cfg.wc_subflows, cfg.a_l)
             return {"ok": True, "changes": changes}
         if msg_type == "status":
-            return {"ok": True, "host": self.host, "rejected": self.rejected, "rcvbuf_bytes": self.rcvbuf,
-                    "config": None if self.config is None else asdict(self.config)}
+            return {"ok": True, **self.status()}
         raise PlanError(f"unknown message type {msg_type!r} (config, status)")
+
+    def status(self) -> dict:
+        """What is true of the kernel now: the configuration this agent
+        holds, and where the kernel differs from it (read back)."""
+        if self.config is not None:
+            differences = self.executor.differences(self.plan_for(self.config, self.rcvbuf))
+        else:
+            differences = self.executor.clean_differences()
+        return {"host": self.host, "rejected": self.rejected, "rcvbuf_bytes": self.rcvbuf,
+                "config": None if self.config is None else asdict(self.config),
+                "in_force": not differences and self.degraded is None, "differences": differences,
+                "degraded": self.degraded}
 
     def refresh_buffer(self, ss_text: str, now: float | None = None) -> bool:
         """Eq. 1 from live subflows (:class:`hostagent.observe.BufferSizer`);
@@ -179,8 +218,7 @@ class Agent:
                                      floor_rtt_s=self.config.rtt_hint_ms / 1e3)
             if want is None:
                 return False
-            self.rcvbuf = want
-            self.executor.apply(host_plan(self.config, want))
+            self.put_in_force(self.config, want)
             log.info("receive/send buffer %d B (Eq. 1: maxRTT %.1f ms, NIC %g Mb/s; measured sum BW %.1f Mb/s)",
                      want, self.sizer.max_rtt() * 1e3, self.config.nic_mbps, total / 1e6)
             return True

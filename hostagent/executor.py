@@ -1,33 +1,48 @@
 """Applies a :class:`hostagent.plan.Plan` in the current network namespace
-(the agent runs inside its host's namespace) -- thin and idempotent:
+(the agent runs inside its host's namespace) -- thin, idempotent, and
+always compared against what the kernel *has*, read back, never against
+what this process last wrote:
 
-- sysctl: written under /proc/sys; the value found before the first change
-  is kept so that ``teardown`` restores it;
+- sysctl: read under /proc/sys and written only where it differs; the value
+  found before the first change is persisted (before the write) so that
+  ``teardown`` restores it;
 - MPTCP: ``ip mptcp limits``; endpoints with our ids (ENDPOINT_ID_BASE+)
-  are compared with the plan and only the differing ones removed/added
+  are compared with the kernel's and only the differing ones removed/added
   (removing a signal endpoint closes the subflows that use it);
-- nftables: the whole table replaced in one atomic ``nft -f`` transaction,
-  and only when its text changed;
-- tc (pyroute2; the bfifo leaves with the tc command, pyroute2 0.9 has no
-  bfifo): the HTB tree is built once; later plans with the same
-  classes and filters only change class rates in place (LRC moves BG rates
-  often: no queue is flushed for that); a different structure rebuilds it;
-- BPF map: ``bpftool map update`` on the pinned map of the WC congestion
-  control, if loaded (see :mod:`hostagent.bpf`).
+- nftables: the table is listed (``nft list table``) and, if that differs
+  from the listing the planned text produced last time, replaced in one
+  atomic ``nft -f`` transaction;
+- tc: the HTB tree is read back (qdiscs and classes through pyroute2;
+  u32 filters from ``tc filter show``, because pyroute2 0.9.7 decodes u32
+  keys one word off) and converged in place, in an order that never
+  leaves BG unlimited: missing classes and leaves first, then changed
+  rates (``change``, no queue flushed), then new or changed filters, then
+  stale filters, then stale classes. The root qdisc is replaced only when
+  it is not our HTB; a structural change (hose <-> pipe, a destination
+  added or removed) keeps every other class and filter as it is;
+- BPF maps: each entry looked up (``bpftool map lookup``) and updated only
+  where it differs.
 
-Every change made is recorded in ``applied`` and can be undone by
-``teardown``. A failing step raises :class:`ExecError` naming it; steps
-before it stay in force (the agent then reports the error to the
-controller and keeps the previous configuration of the failed part).
+What a plan touches (devices, table, address) is recorded in the state
+file *before* it is touched, so ``teardown`` (SIGTERM) removes everything,
+including classes left by an apply that failed half-way. A failing step
+raises :class:`ExecError` naming it. ``differences(plan)`` reads the
+kernel back and lists where it differs from ``plan``: empty means the plan
+is in force, whatever happened before.
+
+``fault``: an optional callable run before every kernel change with its
+name; tests inject failures through it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from hostagent import plan as P
 
@@ -51,16 +66,167 @@ def _classid(text: str) -> int:
     return (int(major or "0", 16) << 16) | int(minor or "0", 16)
 
 
+def _class_parent(text: str) -> int:
+    """A class's parent as the kernel reports it: a class directly under the
+    qdisc ("1:") is shown with parent TC_H_ROOT."""
+    handle = _classid(text)
+    return 0xFFFFFFFF if handle & 0xFFFF == 0 else handle
+
+
+def _classtext(handle: int) -> str:
+    return f"{handle >> 16:x}:{handle & 0xFFFF:x}"
+
+
+# ---- what the kernel has (tc) ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KClass:
+    parent: int
+    rate_Bps: int
+    ceil_Bps: int
+    prio: int
+
+
+@dataclass(frozen=True)
+class KFilter:
+    target: int
+    keys: frozenset          # {(word offset, value, mask)}
+
+
+@dataclass
+class TcState:
+    root: tuple[str, int, int] | None = None          # (kind, handle, default class) of the root qdisc
+    classes: dict[int, KClass] = field(default_factory=dict)
+    leaves: dict[int, tuple[str, int, int]] = field(default_factory=dict)   # parent -> (kind, handle, limit)
+    filters: dict[int, KFilter] = field(default_factory=dict)              # pref -> filter
+
+
+_FILTER_HEAD = re.compile(r"pref (\d+) u32 .*fh \S+::\S+ .*flowid (\S+)")
+_FILTER_KEY = re.compile(r"match ([0-9a-f]{8})/([0-9a-f]{8}) at (-?\d+)")
+
+
+def parse_u32_filters(text: str) -> dict[int, KFilter]:
+    """``tc filter show dev X parent 1:`` -> pref -> filter. Keys are put in
+    a canonical form (32-bit word offset, value, mask): tc prints a key on
+    one byte of a word at that byte's offset."""
+    out: dict[int, KFilter] = {}
+    pref = target = None
+    keys: set = set()
+
+    def flush():
+        if pref is not None and target is not None:
+            out[pref] = KFilter(target, frozenset(keys))
+
+    for line in text.splitlines():
+        head = _FILTER_HEAD.search(line)
+        if head:
+            flush()
+            pref, target, keys = int(head.group(1)), _classid(head.group(2)), set()
+            continue
+        if line.startswith("filter"):
+            flush()
+            pref = target = None
+            keys = set()
+            continue
+        key = _FILTER_KEY.search(line)
+        if key and pref is not None:
+            val, mask, off = int(key.group(1), 16), int(key.group(2), 16), int(key.group(3))
+            shift = 8 * (off % 4)
+            keys.add((off - off % 4, val >> shift, mask >> shift))
+    flush()
+    return out
+
+
+def filter_keys(f: P.TcFilter) -> frozenset:
+    keys = {(0, f.tos[0] << 16, f.tos[1] << 16)}
+    if f.dst is not None:
+        keys.add((16, int(ipaddress.IPv4Address(f.dst)), 0xFFFFFFFF))
+    return frozenset(keys)
+
+
+def read_tc(dev: str) -> TcState | None:
+    """The HTB tree on ``dev`` as the kernel has it (None: no such device)."""
+    from pyroute2 import IPRoute
+
+    st = TcState()
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=dev)
+        if not found:
+            return None
+        idx = found[0]
+        for q in ipr.get_qdiscs(idx):
+            kind = q.get_attr("TCA_KIND")
+            if q["parent"] == 0xFFFFFFFF:
+                opts = q.get_attr("TCA_OPTIONS") or {}
+                init = dict(opts.get("attrs", [])).get("TCA_HTB_INIT", {}) if kind == "htb" else {}
+                st.root = (kind, q["handle"], init.get("defcls", 0))
+            else:
+                limit = _bfifo_limit(q.get_attr("TCA_OPTIONS")) if kind == "bfifo" else -1
+                st.leaves[q["parent"]] = (kind, q["handle"], limit)
+        if st.root is not None and st.root[0] == "htb":
+            for c in ipr.get_classes(idx):
+                if c.get_attr("TCA_KIND") != "htb":
+                    continue
+                attrs = dict((c.get_attr("TCA_OPTIONS") or {}).get("attrs", []))
+                parms = attrs.get("TCA_HTB_PARMS", {})
+                rate = attrs.get("TCA_HTB_RATE64") or parms.get("rate", 0)
+                ceil = attrs.get("TCA_HTB_CEIL64") or parms.get("ceil", 0)
+                st.classes[c["handle"]] = KClass(c["parent"], int(rate), int(ceil), int(parms.get("prio", 0)))
+    if st.root is not None and st.root[0] == "htb":
+        st.filters = parse_u32_filters(_run(["tc", "filter", "show", "dev", dev, "parent", _classtext(st.root[1])]))
+    return st
+
+
+def _bfifo_limit(raw) -> int:
+    """bfifo's options are a bare u32 limit; pyroute2 may hand them over as
+    bytes, hex text ('00:00:04:00') or an int."""
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, (bytes, bytearray)) and len(raw) >= 4:
+        return int.from_bytes(raw[:4], "little")
+    if isinstance(raw, str) and re.fullmatch(r"([0-9a-f]{2}:?)+", raw):
+        return int.from_bytes(bytes.fromhex(raw.replace(":", ""))[:4], "little")
+    return -1
+
+
+def _rate_close(kernel_Bps: int, want_bps: int) -> bool:
+    """The kernel keeps HTB rates in bytes/s: a planned rate in bit/s is in
+    force if it rounds to what the kernel holds."""
+    return abs(kernel_Bps - want_bps / 8) <= 1 + 1e-6 * want_bps / 8
+
+
 @dataclass
 class Executor:
-    state_file: Path | None = None      # where original sysctl values are kept across restarts
+    state_file: Path | None = None      # sysctl originals and what was touched, across restarts
+    bpf_pin_dir: Path = BPF_PIN_DIR
+    fault: Callable[[str], None] | None = None
     originals: dict[str, str] = field(default_factory=dict)
-    applied: dict[str, object] = field(default_factory=dict)
-    changes: int = 0                    # steps that really changed something (for tests)
+    touched: dict[str, list] = field(default_factory=dict)   # kind -> names ("dev", "nft", "bpf")
+    nft_listing: dict[str, str] = field(default_factory=dict)  # planned text -> the kernel's listing of it
+    changes: int = 0                    # kernel changes made (for tests and logs)
 
     def __post_init__(self) -> None:
         if self.state_file is not None and Path(self.state_file).exists():
-            self.originals = json.loads(Path(self.state_file).read_text()).get("sysctl_originals", {})
+            try:
+                data = json.loads(Path(self.state_file).read_text())
+                if not isinstance(data, dict):
+                    raise ValueError("not an object")
+                self.originals = dict(data.get("sysctl_originals", {}))
+                self.touched = {k: list(v) for k, v in dict(data.get("touched", {})).items()}
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise ExecError(f"{self.state_file}: corrupt executor state ({exc}); move it away to start "
+                                "afresh (it lists what to undo on teardown)") from None
+
+    def _step(self, name: str) -> None:
+        """Before every kernel change."""
+        if self.fault is not None:
+            self.fault(name)
+        self.changes += 1
+
+    def _touch(self, kind: str, name) -> None:
+        have = self.touched.setdefault(kind, [])
+        if name not in have:
+            have.append(name)
+            self._save()
 
     # ---- whole plans ------------------------------------------------------------------
     def apply(self, plan: P.Plan) -> int:
@@ -73,18 +239,89 @@ class Executor:
         for table in plan.of(P.NftTable):
             self._nft(table)
         tc = [s for s in plan.steps if isinstance(s, (P.TcQdisc, P.TcClass, P.TcLeaf, P.TcFilter))]
-        if tc:
-            self._tc(tc)
+        for dev in sorted({s.dev for s in tc}):
+            self._tc(dev, [s for s in tc if s.dev == dev])
         bpf = plan.of(P.BpfMapSet)
         for step in bpf:
             self._bpf(step)
-        # an entry the new plan no longer has (BG pacing once the guarantee is 0)
-        self._bpf_remove(keep={("bpf", s.map, s.key_ipv4) for s in bpf})
+        self._bpf_remove(keep={(s.map, s.key_ipv4) for s in bpf})
         self._save()
         return self.changes - before
 
+    def differences(self, plan: P.Plan) -> list[str]:
+        """Where the kernel differs from ``plan`` (read back now); empty
+        when the plan is in force."""
+        out: list[str] = []
+        for step in plan.of(P.Sysctl):
+            try:
+                have = " ".join(self._sysctl_path(step.key).read_text().split())
+            except OSError:
+                have = None
+            if have != " ".join(step.value.split()):
+                out.append(f"sysctl {step.key}: {have!r}, planned {step.value!r}")
+        limits = plan.of(P.MptcpLimits)
+        if limits:
+            cur = _run(["ip", "mptcp", "limits", "show"]).split()
+            have = dict(zip(cur[::2], cur[1::2]))
+            if (have.get("subflows"), have.get("add_addr_accepted")) != (str(limits[0].subflows),
+                                                                          str(limits[0].add_addr_accepted)):
+                out.append(f"mptcp limits {have}")
+        want_eps = {e.id: e for e in plan.of(P.MptcpEndpoint)}
+        if self.mptcp_endpoints() != want_eps:
+            out.append(f"mptcp endpoints {sorted(self.mptcp_endpoints())}, planned {sorted(want_eps)}")
+        for table in plan.of(P.NftTable):
+            if self._nft_list(table.name) != self._nft_expected(table):
+                out.append(f"nft table {table.name}")
+        tc = [s for s in plan.steps if isinstance(s, (P.TcQdisc, P.TcClass, P.TcLeaf, P.TcFilter))]
+        for dev in sorted({s.dev for s in tc}):
+            out.extend(self._tc_differences(dev, [s for s in tc if s.dev == dev]))
+        for step in plan.of(P.BpfMapSet):
+            have = self._bpf_lookup(step.map, step.key_ipv4)
+            if have != step.value:
+                out.append(f"bpf {step.map}[{step.key_ipv4}] = {have}, planned {step.value}")
+        return out
+
+    def pair_slots(self, dev: str) -> dict[str, int]:
+        """The pipe-model slots in force on ``dev``: destination -> slot, read
+        back from the u32 filters (pref PAIR_PREF_BASE + slot)."""
+        st = read_tc(dev)
+        if st is None:
+            return {}
+        out = {}
+        for pref, f in st.filters.items():
+            slot = pref - P.PAIR_PREF_BASE
+            dst = [v for off, v, m in f.keys if off == 16 and m == 0xFFFFFFFF]
+            if 0 <= slot < P.MAX_PAIRS and len(dst) == 1:
+                out[str(ipaddress.IPv4Address(dst[0]))] = slot
+        return out
+
+    def clean_differences(self) -> list[str]:
+        """What of ours is still in the kernel (empty after a full teardown)."""
+        out = []
+        for dev in self.touched.get("dev", []):
+            st = read_tc(dev)
+            if st is not None and st.root is not None and st.root[:2] == ("htb", _classid(P.TC_HANDLE)):
+                out.append(f"tc htb on {dev}")
+        for name in self.touched.get("nft", []):
+            if self._nft_list(name) is not None:
+                out.append(f"nft table {name}")
+        if self.mptcp_endpoints():
+            out.append(f"mptcp endpoints {sorted(self.mptcp_endpoints())}")
+        for m, ip in self.touched.get("bpf", []):
+            if self._bpf_lookup(m, ip) is not None:
+                out.append(f"bpf {m}[{ip}]")
+        for key, value in self.originals.items():
+            try:
+                have = " ".join(self._sysctl_path(key).read_text().split())
+            except OSError:
+                continue
+            if have != value:
+                out.append(f"sysctl {key} {have!r}, originally {value!r}")
+        return out
+
     def teardown(self) -> None:
-        """Undo everything this executor put in force (best effort, all parts tried)."""
+        """Undo everything this executor (or an earlier run with the same
+        state file) may have put in force; every part is tried."""
         errors = []
         for name, fn in (("tc", self._tc_remove), ("nft", self._nft_remove), ("mptcp", self._mptcp_remove),
                          ("bpf", self._bpf_remove), ("sysctl", self._sysctl_restore)):
@@ -92,13 +329,16 @@ class Executor:
                 fn()
             except Exception as exc:  # keep undoing the rest
                 errors.append(f"{name}: {exc}")
-        self.applied.clear()
         if errors:
             raise ExecError("teardown: " + "; ".join(errors))
+        self.touched.clear()
+        self._save()
 
     def _save(self) -> None:
         if self.state_file is not None:
-            Path(self.state_file).write_text(json.dumps({"sysctl_originals": self.originals}))
+            tmp = Path(f"{self.state_file}.tmp")
+            tmp.write_text(json.dumps({"sysctl_originals": self.originals, "touched": self.touched}))
+            tmp.replace(self.state_file)
 
     # ---- sysctl ------------------------------------------------------------------------
     @staticmethod
@@ -111,19 +351,24 @@ class Executor:
             current = " ".join(path.read_text().split())
         except OSError as exc:
             raise ExecError(f"sysctl {step.key}: {exc.strerror}") from None
-        self.originals.setdefault(step.key, current)
+        if step.key not in self.originals:
+            self.originals[step.key] = current
+            self._save()                # before the write: a crash after it still restores
         if current != " ".join(step.value.split()):
+            self._step(f"sysctl {step.key}")
             try:
                 path.write_text(step.value)
             except OSError as exc:
                 raise ExecError(f"sysctl {step.key}={step.value}: {exc.strerror}") from None
-            self.changes += 1
-        self.applied.setdefault("sysctl", set()).add(step.key)
 
     def _sysctl_restore(self) -> None:
-        for key in sorted(self.applied.get("sysctl", ())):
-            if key in self.originals:
-                self._sysctl_path(key).write_text(self.originals[key])
+        for key, value in sorted(self.originals.items()):
+            path = self._sysctl_path(key)
+            try:
+                if " ".join(path.read_text().split()) != value:
+                    path.write_text(value)
+            except OSError as exc:
+                raise ExecError(f"restoring sysctl {key}={value}: {exc.strerror}") from None
 
     # ---- MPTCP -------------------------------------------------------------------------------
     @staticmethod
@@ -148,81 +393,161 @@ class Executor:
         have = dict(zip(cur[::2], cur[1::2]))
         if have.get("subflows") != str(limits.subflows) or have.get("add_addr_accepted") != str(
                 limits.add_addr_accepted):
+            self._step("mptcp limits")
             _run(["ip", "mptcp", "limits", "set", "subflows", str(limits.subflows),
                   "add_addr_accepted", str(limits.add_addr_accepted)])
-            self.changes += 1
         want = {e.id: e for e in endpoints}
         have_eps = self.mptcp_endpoints()
         for eid, ep in sorted(have_eps.items()):
             if want.get(eid) != ep:
+                self._step(f"mptcp endpoint delete {eid}")
                 _run(["ip", "mptcp", "endpoint", "delete", "id", str(eid)])
-                self.changes += 1
         for eid, ep in sorted(want.items()):
             if have_eps.get(eid) != ep:
+                self._step(f"mptcp endpoint add {eid}")
                 _run(["ip", "mptcp", "endpoint", "add", ep.address, "dev", ep.dev, "port", str(ep.port),
                       "id", str(ep.id), ep.flags])
-                self.changes += 1
-        self.applied["mptcp"] = sorted(want)
 
     def _mptcp_remove(self) -> None:
         for eid in self.mptcp_endpoints():
             _run(["ip", "mptcp", "endpoint", "delete", "id", str(eid)])
 
     # ---- nftables -----------------------------------------------------------------------------
+    @staticmethod
+    def _nft_list(name: str) -> str | None:
+        res = subprocess.run(["nft", "list", "table", "ip", name], capture_output=True, text=True)
+        return res.stdout if res.returncode == 0 else None
+
+    def _nft_expected(self, table: P.NftTable) -> str:
+        """The kernel's listing of the planned table: remembered from the
+        last apply, or (after a restart) made by loading the text into a
+        scratch table for a moment (its rules only repeat ours)."""
+        hit = self.nft_listing.get(table.text)
+        if hit is not None:
+            return hit
+        probe = f"{table.name}_probe"
+        text = table.text.replace(f"table ip {table.name} ", f"table ip {probe} ", 1)
+        _run(["nft", "-f", "-"], stdin=f"table ip {probe} {{}}\ndelete table ip {probe}\n{text}\n")
+        try:
+            listing = (self._nft_list(probe) or "").replace(f"table ip {probe} ", f"table ip {table.name} ", 1)
+        finally:
+            _run(["nft", "-f", "-"], stdin=f"table ip {probe} {{}}\ndelete table ip {probe}\n")
+        self.nft_listing[table.text] = listing
+        return listing
+
     def _nft(self, table: P.NftTable) -> None:
-        if self.applied.get("nft") == table.text:
+        have = self._nft_list(table.name)
+        if have is not None and self._nft_expected(table) == have:
             return
+        self._touch("nft", table.name)
+        self._step(f"nft table {table.name}")
         # declare (no-op if present), delete, define: one atomic transaction
         script = f"table ip {table.name} {{}}\ndelete table ip {table.name}\n{table.text}\n"
         _run(["nft", "-f", "-"], stdin=script)
-        self.applied["nft"] = table.text
-        self.applied["nft_name"] = table.name
-        self.changes += 1
+        self.nft_listing[table.text] = self._nft_list(table.name)
 
     def _nft_remove(self) -> None:
-        name = self.applied.get("nft_name")
-        if name:
+        for name in self.touched.get("nft", []):
             _run(["nft", "-f", "-"], stdin=f"table ip {name} {{}}\ndelete table ip {name}\n")
 
     # ---- tc (pyroute2) --------------------------------------------------------------------------
-    @staticmethod
-    def _structure(steps) -> tuple:
-        return tuple((s.dev, s.classid, s.parent, s.prio) if isinstance(s, P.TcClass) else
-                     (s.dev, s.parent, s.handle) if isinstance(s, P.TcLeaf) else s for s in steps)
+    def _tc_differences(self, dev: str, steps: list) -> list[str]:
+        st = read_tc(dev)
+        if st is None:
+            return [f"tc: no interface {dev}"]
+        out = []
+        for s in steps:
+            if isinstance(s, P.TcQdisc):
+                if st.root != ("htb", _classid(s.handle), _classid(s.default_class)):
+                    out.append(f"tc {dev} root {st.root}")
+            elif isinstance(s, P.TcClass):
+                k = st.classes.get(_classid(s.classid))
+                if k is None or k.parent != _class_parent(s.parent) or k.prio != s.prio or \
+                        not _rate_close(k.rate_Bps, s.rate_bps) or not _rate_close(k.ceil_Bps, s.ceil_bps):
+                    out.append(f"tc {dev} class {s.classid}: {k}")
+            elif isinstance(s, P.TcLeaf):
+                if st.leaves.get(_classid(s.parent)) != ("bfifo", _classid(s.handle), s.limit_bytes):
+                    out.append(f"tc {dev} leaf under {s.parent}: {st.leaves.get(_classid(s.parent))}")
+            elif st.filters.get(s.pref) != KFilter(_classid(s.target), filter_keys(s)):
+                out.append(f"tc {dev} filter pref {s.pref}: {st.filters.get(s.pref)}")
+        want_classes = {_classid(s.classid) for s in steps if isinstance(s, P.TcClass)}
+        want_prefs = {s.pref for s in steps if isinstance(s, P.TcFilter)}
+        out += [f"tc {dev} extra class {_classtext(c)}" for c in sorted(set(st.classes) - want_classes)]
+        out += [f"tc {dev} extra filter pref {p}" for p in sorted(set(st.filters) - want_prefs)]
+        return out
 
-    def _tc(self, steps: list) -> None:
+    def _tc(self, dev: str, steps: list) -> None:
+        """Converge ``dev``'s HTB tree on ``steps`` (see the module doc for
+        the order, which keeps BG limited throughout)."""
         from pyroute2 import IPRoute
 
-        old = self.applied.get("tc")
+        self._touch("dev", dev)
+        st = read_tc(dev)
+        if st is None:
+            raise ExecError(f"tc: no interface {dev!r} in this namespace")
+        qdisc = next(s for s in steps if isinstance(s, P.TcQdisc))
+        classes = [s for s in steps if isinstance(s, P.TcClass)]
+        leaves = [s for s in steps if isinstance(s, P.TcLeaf)]
+        filters = [s for s in steps if isinstance(s, P.TcFilter)]
+        root = _classid(qdisc.handle)
         with IPRoute() as ipr:
-            if old is not None and self._structure(old) == self._structure(steps):
-                for new, was in zip(steps, old):
-                    if isinstance(new, P.TcClass) and new != was:
-                        idx = self._index(ipr, new.dev)
-                        ipr.tc("change-class", "htb", idx, _classid(new.classid), parent=_classid(new.parent),
-                               rate=f"{new.rate_bps}bit", ceil=f"{new.ceil_bps}bit", prio=new.prio)
-                        self.changes += 1
-                    elif isinstance(new, P.TcLeaf) and new != was:
-                        self._leaf(new)
-                        self.changes += 1
-            else:
-                for s in steps:
-                    idx = self._index(ipr, s.dev)
-                    if isinstance(s, P.TcQdisc):
-                        ipr.tc("replace", "htb", idx, _classid(s.handle), default=_classid(s.default_class))
-                    elif isinstance(s, P.TcClass):
-                        ipr.tc("add-class", "htb", idx, _classid(s.classid), parent=_classid(s.parent),
-                               rate=f"{s.rate_bps}bit", ceil=f"{s.ceil_bps}bit", prio=s.prio)
-                    elif isinstance(s, P.TcLeaf):
-                        self._leaf(s)
-                    else:
-                        keys = [f"{s.tos[0] << 16:#010x}/{s.tos[1] << 16:#010x}+0"]
-                        if s.dst is not None:
-                            keys.append(f"{int(ipaddress.IPv4Address(s.dst)):#010x}/0xffffffff+16")
-                        ipr.tc("add-filter", "u32", idx, parent=_classid(P.TC_HANDLE), prio=s.pref,
-                               protocol=0x0800, target=_classid(s.target), keys=keys)
-                    self.changes += 1
-        self.applied["tc"] = list(steps)
+            idx = ipr.link_lookup(ifname=dev)[0]
+            if st.root is None or st.root[:2] != ("htb", root):
+                self._step(f"tc {dev} root htb")
+                ipr.tc("replace", "htb", idx, root, default=_classid(qdisc.default_class))
+                st = TcState(root=("htb", root, _classid(qdisc.default_class)))
+            elif st.root[2] != _classid(qdisc.default_class):
+                self._step(f"tc {dev} root default")
+                ipr.tc("change", "htb", idx, root, default=_classid(qdisc.default_class))
+            # classes: parents first (the root class is listed first by the planner)
+            for c in classes:
+                cid, parent = _classid(c.classid), _classid(c.parent)
+                have = st.classes.get(cid)
+                kw = dict(parent=parent, rate=f"{c.rate_bps}bit", ceil=f"{c.ceil_bps}bit", prio=c.prio)
+                if have is not None and have.parent != _class_parent(c.parent):
+                    self._step(f"tc {dev} class {c.classid} re-parented")
+                    self._class_del(dev, cid)
+                    have = None
+                if have is None:
+                    self._step(f"tc {dev} class {c.classid} add")
+                    ipr.tc("add-class", "htb", idx, cid, **kw)
+                elif not (_rate_close(have.rate_Bps, c.rate_bps) and _rate_close(have.ceil_Bps, c.ceil_bps)
+                          and have.prio == c.prio):
+                    self._step(f"tc {dev} class {c.classid} change")
+                    ipr.tc("change-class", "htb", idx, cid, **kw)
+            for leaf in leaves:
+                if st.leaves.get(_classid(leaf.parent)) != ("bfifo", _classid(leaf.handle), leaf.limit_bytes):
+                    self._step(f"tc {dev} leaf {leaf.parent}")
+                    self._leaf(leaf)
+            for f in filters:
+                want = KFilter(_classid(f.target), filter_keys(f))
+                have_f = st.filters.get(f.pref)
+                if have_f == want:
+                    continue
+                if have_f is not None:
+                    self._step(f"tc {dev} filter {f.pref} replace")
+                    self._filter_del(dev, f.pref)
+                self._step(f"tc {dev} filter {f.pref} add")
+                keys = [f"{v:#010x}/{m:#010x}+{off}" for off, v, m in sorted(want.keys)]
+                ipr.tc("add-filter", "u32", idx, parent=root, prio=f.pref, protocol=0x0800,
+                       target=_classid(f.target), keys=keys)
+            for pref in sorted(set(st.filters) - {f.pref for f in filters}):
+                self._step(f"tc {dev} filter {pref} delete")
+                self._filter_del(dev, pref)
+            stale = set(st.classes) - {_classid(c.classid) for c in classes}
+            # children before parents
+            for cid in sorted(stale, key=lambda c: -_depth(c, st.classes)):
+                self._step(f"tc {dev} class {_classtext(cid)} delete")
+                self._class_del(dev, cid)
+
+    @staticmethod
+    def _class_del(dev: str, cid: int) -> None:
+        # pyroute2 0.9.7's htb plugin cannot encode a class delete (it builds rate tables from nothing)
+        _run(["tc", "class", "del", "dev", dev, "classid", _classtext(cid)])
+
+    @staticmethod
+    def _filter_del(dev: str, pref: int) -> None:
+        _run(["tc", "filter", "del", "dev", dev, "parent", P.TC_HANDLE, "pref", str(pref)])
 
     @staticmethod
     def _leaf(s: P.TcLeaf) -> None:
@@ -230,47 +555,61 @@ class Executor:
         _run(["tc", "qdisc", "replace", "dev", s.dev, "parent", s.parent, "handle", s.handle, "bfifo",
               "limit", str(s.limit_bytes)])
 
-    @staticmethod
-    def _index(ipr, dev: str) -> int:
-        found = ipr.link_lookup(ifname=dev)
-        if not found:
-            raise ExecError(f"tc: no interface {dev!r} in this namespace")
-        return found[0]
-
     def _tc_remove(self) -> None:
-        from pyroute2 import IPRoute
-
-        steps = self.applied.get("tc") or []
-        devs = sorted({s.dev for s in steps if isinstance(s, P.TcQdisc)})
-        with IPRoute() as ipr:
-            for dev in devs:
-                found = ipr.link_lookup(ifname=dev)
-                if found:
-                    ipr.tc("del", "htb", found[0], _classid(P.TC_HANDLE))
+        for dev in self.touched.get("dev", []):
+            st = read_tc(dev)
+            if st is not None and st.root is not None and st.root[:2] == ("htb", _classid(P.TC_HANDLE)):
+                _run(["tc", "qdisc", "del", "dev", dev, "root"])
 
     # ---- BPF map ------------------------------------------------------------------------------
+    def _bpf_lookup(self, name: str, ip: str) -> int | None:
+        pin = self.bpf_pin_dir / name
+        if not pin.exists():
+            return None
+        key = [str(b) for b in ipaddress.IPv4Address(ip).packed]
+        res = subprocess.run(["bpftool", "-j", "map", "lookup", "pinned", str(pin), "key", *key],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            return None
+        try:
+            value = json.loads(res.stdout)["value"]
+            return int.from_bytes(bytes(int(b, 16) for b in value), "little")
+        except (ValueError, KeyError, TypeError):
+            raise ExecError(f"bpftool map lookup {name}: unexpected output {res.stdout[:200]!r}") from None
+
     def apply_bpf(self, step: P.BpfMapSet) -> None:
         self._bpf(step)
 
     def _bpf(self, step: P.BpfMapSet) -> None:
-        pin = BPF_PIN_DIR / step.map
+        pin = self.bpf_pin_dir / step.map
         if not pin.exists():
             raise ExecError(f"BPF map {pin} not found: the WC congestion control is not loaded "
                             "(hostagent.cc.load(), once per machine: `bwfabric agent --load-cc`)")
-        key = " ".join(str(b) for b in ipaddress.IPv4Address(step.key_ipv4).packed)
-        value = " ".join(str(b) for b in step.value.to_bytes(8, "little"))
-        if self.applied.get(("bpf", step.map, step.key_ipv4)) != step.value:
-            _run(["bpftool", "map", "update", "pinned", str(pin), "key", *key.split(), "value",
-                  *value.split()])
-            self.applied[("bpf", step.map, step.key_ipv4)] = step.value
-            self.changes += 1
+        self._touch("bpf", [step.map, step.key_ipv4])
+        if self._bpf_lookup(step.map, step.key_ipv4) == step.value:
+            return
+        key = [str(b) for b in ipaddress.IPv4Address(step.key_ipv4).packed]
+        value = [str(b) for b in step.value.to_bytes(8, "little")]
+        self._step(f"bpf {step.map}[{step.key_ipv4}]")
+        _run(["bpftool", "map", "update", "pinned", str(pin), "key", *key, "value", *value])
 
     def _bpf_remove(self, keep: set | frozenset = frozenset()) -> None:
-        for k in [k for k in self.applied if isinstance(k, tuple) and k[0] == "bpf" and k not in keep]:
-            _, name, ip = k
-            pin = BPF_PIN_DIR / name
-            if pin.exists():
+        for entry in list(self.touched.get("bpf", [])):
+            name, ip = entry
+            if (name, ip) in keep:
+                continue
+            if self._bpf_lookup(name, ip) is not None:
+                self._step(f"bpf {name}[{ip}] delete")
                 key = [str(b) for b in ipaddress.IPv4Address(ip).packed]
-                subprocess.run(["bpftool", "map", "delete", "pinned", str(pin), "key", *key],
-                               capture_output=True)
-            del self.applied[k]
+                _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / name), "key", *key])
+            self.touched["bpf"].remove(entry)
+            self._save()
+
+
+def _depth(cid: int, classes: dict[int, KClass]) -> int:
+    d, seen = 0, set()
+    while cid in classes and cid not in seen:
+        seen.add(cid)
+        cid = classes[cid].parent
+        d += 1
+    return d

@@ -24,9 +24,11 @@ The host's shape, per the paper:
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.validate import finite_number
 from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
                               receive_buffer_bytes)
 
@@ -36,7 +38,13 @@ MPTCP_ADD_ADDR = 3                # MPTCP option subtype
 TOS_BG, TOS_WC = 0x00, 0x20
 TC_HANDLE = "1:"
 CLASS_ROOT, CLASS_BG, CLASS_WC = "1:1", "1:10", "1:20"
-PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + i> per destination
+PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + slot> per destination
+PAIR_PREF_BASE = 10              # ...and its u32 filter at pref 10 + slot (the hose filter is pref 1000)
+MAX_PAIRS = 512                  # pair slots 0..511: prefs 10..521 stay below the hose filter's 1000
+HOSE_PREF = 1000
+_HOST_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_IFNAME_RE = re.compile(r"[^/:\s]{1,15}")
+MAX_NIC_MBPS = 400_000           # 400 Gb/s; HTB keeps 64-bit rates, anything above is a typo
 ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
 BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
 BPF_PACE_MAP = "bwf_bgpace"      # pinned: key = IPv4, value = BG's pacing ceiling in bytes/s
@@ -111,15 +119,17 @@ class HostConfig:
 
     def check(self) -> None:
         problems = []
-        for name in ("host", "interface"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                problems.append(f"{name} must be a non-empty string")
+        if not isinstance(self.host, str) or not _HOST_RE.fullmatch(self.host):
+            problems.append(f"host {self.host!r} must be 1-64 letters, digits, '_', '-' or '.'")
+        if not isinstance(self.interface, str) or not _IFNAME_RE.fullmatch(self.interface):
+            problems.append(f"interface {self.interface!r} must be a Linux interface name (1-15 characters, "
+                            "no '/', ':' or white space)")
         try:
             ipaddress.IPv4Address(self.address)
         except (ValueError, TypeError):
             problems.append(f"address {self.address!r} is not an IPv4 address")
-        if not _num(self.nic_mbps) or self.nic_mbps <= 0:
-            problems.append(f"nic_mbps {self.nic_mbps!r} must be a positive number")
+        if not _num(self.nic_mbps) or not 0 < self.nic_mbps <= MAX_NIC_MBPS:
+            problems.append(f"nic_mbps {self.nic_mbps!r} must be a number in (0, {MAX_NIC_MBPS}]")
         if not _num(self.guarantee_mbps) or self.guarantee_mbps < 0 or (
                 _num(self.nic_mbps) and self.guarantee_mbps > self.nic_mbps):
             problems.append(f"guarantee_mbps {self.guarantee_mbps!r} must be within 0..nic_mbps")
@@ -129,12 +139,14 @@ class HostConfig:
             problems.append(f"join_port_base {self.join_port_base!r} must be an integer 1024..65000")
         if self.policy not in POLICIES:
             problems.append(f"policy {self.policy!r} must be one of {', '.join(POLICIES)}")
-        elif self.policy == "explicit" and (not _num(self.competition) or self.competition < 0):
-            problems.append("policy 'explicit' needs competition >= 0")
-        if not _num(self.unit_mbps) or self.unit_mbps <= 0:
-            problems.append(f"unit_mbps {self.unit_mbps!r} must be positive")
-        if not _num(self.beta) or self.beta <= 0:
-            problems.append(f"beta {self.beta!r} must be positive")
+        elif self.policy == "explicit" and self.competition is None:
+            problems.append("policy 'explicit' needs competition in [0, 1e6]")
+        if self.competition is not None and (not _num(self.competition) or not 0 <= self.competition <= 1e6):
+            problems.append(f"competition {self.competition!r} must be in [0, 1e6]")
+        if not _num(self.unit_mbps) or not 0 < self.unit_mbps <= MAX_NIC_MBPS:
+            problems.append(f"unit_mbps {self.unit_mbps!r} must be in (0, {MAX_NIC_MBPS}]")
+        if not _num(self.beta) or not 0 < self.beta <= 100:
+            problems.append(f"beta {self.beta!r} must be in (0, 100]")
         if not _num(self.rtt_hint_ms) or not 0 < self.rtt_hint_ms <= 10_000:
             problems.append(f"rtt_hint_ms {self.rtt_hint_ms!r} must be in (0, 10000]")
         if not _num(self.rcvbuf_initial_kb) or not 4 <= self.rcvbuf_initial_kb <= 65536:
@@ -147,11 +159,15 @@ class HostConfig:
         for name in ("ecn", "pace_bg"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} {getattr(self, name)!r} must be true or false")
+        if len(self.pair_limits_mbps) > MAX_PAIRS:
+            problems.append(f"pair_limits_mbps: {len(self.pair_limits_mbps)} destinations, at most {MAX_PAIRS} "
+                            "(one HTB class and one u32 filter priority each)")
         for dst, mbps in self.pair_limits_mbps.items():
             try:
-                ipaddress.IPv4Address(dst)
+                if str(ipaddress.IPv4Address(dst)) != dst:
+                    raise ValueError
             except ValueError:
-                problems.append(f"pair_limits_mbps: {dst!r} is not an IPv4 address")
+                problems.append(f"pair_limits_mbps: {dst!r} is not an IPv4 address (dotted quad)")
             if not _num(mbps) or mbps <= 0 or (_num(self.nic_mbps) and mbps > self.nic_mbps):
                 problems.append(f"pair_limits_mbps[{dst}] {mbps!r} must be within (0, nic_mbps]")
         if problems:
@@ -163,7 +179,8 @@ class HostConfig:
 
 
 def _num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """A finite int or float (NaN and +-Infinity are refused everywhere)."""
+    return finite_number(x)
 
 
 # ---- steps ------------------------------------------------------------------------------------
@@ -348,9 +365,32 @@ def _leaf(dev: str, classid: str, rate_bps: int) -> TcLeaf:
     return TcLeaf(dev, classid, f"{minor + 0x1000:x}:", max(LEAF_QUEUE_MIN, int(rate_bps * LEAF_QUEUE_S / 8)))
 
 
-def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
+def pair_slots(destinations, previous: dict[str, int] | None = None) -> dict[str, int]:
+    """A slot (0..MAX_PAIRS-1) per pipe-model destination that stays the
+    same while the destination stays: adding or removing one destination
+    never renumbers another's class or filter (LRC changes pairs all the
+    time; a renumbered class would leave a gap in enforcement). Kept slots
+    come from ``previous`` (what the kernel has, read back by the
+    executor); new destinations take the lowest free slots, in address
+    order."""
+    previous = previous or {}
+    dsts = sorted(set(destinations), key=lambda d: ipaddress.IPv4Address(d))
+    if len(dsts) > MAX_PAIRS:
+        raise PlanError(f"{len(dsts)} pair destinations, at most {MAX_PAIRS}")
+    out = {d: previous[d] for d in dsts if d in previous and 0 <= previous[d] < MAX_PAIRS}
+    if len(set(out.values())) != len(out):     # a corrupt read-back: start afresh
+        out = {}
+    free = (i for i in range(MAX_PAIRS) if i not in set(out.values()))
+    for d in dsts:
+        if d not in out:
+            out[d] = next(free)
+    return out
+
+
+def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
     """HTB: BG (ToS 0x00) at the guarantee -- or per destination, pipe
-    model -- and WC (everything else, non-IP included) up to the NIC rate."""
+    model, in the stable slots of :func:`pair_slots` -- and WC (everything
+    else, non-IP included) up to the NIC rate."""
     nic = int(cfg.nic_mbps * 1e6)
     bg = int(cfg.guarantee_mbps * 1e6)
     dev = cfg.interface
@@ -363,16 +403,17 @@ def tc_plan(cfg: HostConfig) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
     ]
     bg_mask = (TOS_BG, 0xFC)
     if cfg.pair_limits_mbps:
-        for i, (dst, mbps) in enumerate(sorted(cfg.pair_limits_mbps.items())):
-            classid = f"1:{PAIR_CLASS_BASE + i:x}"
+        slot_of = pair_slots(cfg.pair_limits_mbps, slots)
+        for dst, mbps in sorted(cfg.pair_limits_mbps.items(), key=lambda kv: slot_of[kv[0]]):
+            classid = f"1:{PAIR_CLASS_BASE + slot_of[dst]:x}"
             rate = int(mbps * 1e6)
             steps.append(TcClass(dev, classid, CLASS_ROOT, rate, rate, 0))
             steps.append(_leaf(dev, classid, rate))
-            steps.append(TcFilter(dev, 10 + i, bg_mask, classid, dst=dst))
+            steps.append(TcFilter(dev, PAIR_PREF_BASE + slot_of[dst], bg_mask, classid, dst=dst))
     # the hose limit: all BG of this VM (and BG to unlisted destinations in the pipe model)
     steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, max(bg, 8000), max(bg, 8000), 0))
     steps.append(_leaf(dev, CLASS_BG, bg))
-    steps.append(TcFilter(dev, 1000, bg_mask, CLASS_BG))
+    steps.append(TcFilter(dev, HOSE_PREF, bg_mask, CLASS_BG))
     return steps
 
 
@@ -385,7 +426,9 @@ def bpf_plan(cfg: HostConfig) -> list[BpfMapSet]:
     return steps
 
 
-def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> Plan:
+def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str, int] | None = None) -> Plan:
+    """``slots``: the pair slots in force (read back from the kernel), so
+    that a new plan keeps every remaining destination's class and filter."""
     cfg.check()
-    return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg), *tc_plan(cfg),
+    return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg), *tc_plan(cfg, slots),
                        *bpf_plan(cfg)]))

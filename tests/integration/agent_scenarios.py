@@ -1,0 +1,180 @@
+"""Host-agent scenarios run *inside* a network namespace with ``ag0``
+(10.9.0.1/24, veth peer ``ag1``) by test_agent_hardening: each prints one
+JSON object of what it saw. Real tc, nftables, MPTCP endpoints, sysctls and
+BPF hash maps (in a bpffs of the scenario's own)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.agent_faults import drop_bpf_maps, make_bpf_maps
+from hostagent import plan as P
+from hostagent.agent import Agent
+from hostagent.executor import ExecError, Executor
+
+BASE = dict(host="ns", interface="ag0", address="10.9.0.1", nic_mbps=100, guarantee_mbps=10, wc_subflows=2,
+            join_port_base=10100)
+
+
+def sh(*cmd: str) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True).stdout
+
+
+def kernel() -> dict:
+    return {"qdisc": sh("tc", "qdisc", "show", "dev", "ag0"), "classes": sh("tc", "class", "show", "dev", "ag0"),
+            "filters": sh("tc", "filter", "show", "dev", "ag0"), "nft": sh("nft", "list", "tables"),
+            "endpoints": sh("ip", "mptcp", "endpoint", "show"),
+            "ecn": Path("/proc/sys/net/ipv4/tcp_ecn").read_text().strip()}
+
+
+def agent(tmp: Path, bpf_dir: Path) -> Agent:
+    return Agent("ns", secrets.token_bytes(32), tmp / "state",
+                 executor=Executor(state_file=tmp / "state" / "executor.json", bpf_pin_dir=bpf_dir))
+
+
+def apply(a: Agent, **over) -> dict:
+    try:
+        changes = a.put_in_force(P.HostConfig.from_dict({**BASE, **over}), None)
+        return {"ok": True, "changes": changes}
+    except ExecError as exc:
+        return {"ok": False, "error": str(exc)}
+
+
+def first_config_fails(tmp: Path) -> dict:
+    """A real kernel error on the first config (no BPF maps pinned: the
+    last step fails after sysctl, MPTCP, nftables and tc changed)."""
+    before = kernel()
+    a = agent(tmp, tmp / "no-bpffs")
+    reply = apply(a)
+    return {"reply": reply, "status": a.status(), "before": before, "after": kernel()}
+
+
+def failed_apply_then_repair(tmp: Path) -> dict:
+    """Config A in force; the BPF maps vanish; config B fails at its last
+    step (a real error) and A cannot be put back either; the maps return;
+    re-sending A must repair the kernel."""
+    bpf = tmp / "bpffs"
+    make_bpf_maps(bpf)
+    a = agent(tmp, bpf)
+    out = {"a": apply(a, guarantee_mbps=10)}
+    out["classes_a"] = kernel()["classes"]
+    drop_bpf_maps(bpf)
+    out["b"] = apply(a, guarantee_mbps=30, ecn=False)
+    out["status_after_b"] = a.status()
+    out["classes_after_b"] = kernel()["classes"]
+    make_bpf_maps(bpf)
+    out["a_again"] = apply(a, guarantee_mbps=10)
+    out["status_after_a_again"] = a.status()
+    out["classes_after_a_again"] = kernel()["classes"]
+    a.executor.teardown()
+    out["clean"] = a.executor.clean_differences()
+    drop_bpf_maps(bpf)
+    return out
+
+
+def structural_changes(tmp: Path) -> dict:
+    """Hose -> pipe -> one more pair -> one pair less -> hose on a live
+    agent; each step in force (read back) with the surviving pairs'
+    class ids unchanged."""
+    bpf = tmp / "bpffs"
+    make_bpf_maps(bpf)
+    a = agent(tmp, bpf)
+    steps = [{}, {"pair_limits_mbps": {"10.9.0.2": 5, "10.9.0.5": 7}},
+             {"pair_limits_mbps": {"10.9.0.2": 5, "10.9.0.3": 3, "10.9.0.5": 7}},
+             {"pair_limits_mbps": {"10.9.0.3": 3, "10.9.0.5": 7.5}}, {}]
+    out = []
+    for over in steps:
+        reply = apply(a, **over)
+        st = a.status()
+        out.append({"reply": reply, "in_force": st["in_force"], "differences": st["differences"],
+                    "slots": a.executor.pair_slots("ag0"), "classes": kernel()["classes"]})
+    a.executor.teardown()
+    drop_bpf_maps(bpf)
+    return {"steps": out}
+
+
+def pair_updates(tmp: Path, n: int = 1000) -> dict:
+    """n rate updates of one pair among 64 (LRC's pattern), timed."""
+    bpf = tmp / "bpffs"
+    make_bpf_maps(bpf)
+    a = agent(tmp, bpf)
+    pairs = {f"10.9.{1 + i // 250}.{2 + i % 250}": 5.0 for i in range(64)}
+    t0 = time.perf_counter()
+    first = apply(a, pair_limits_mbps=pairs)
+    t_first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for i in range(n):
+        pairs[f"10.9.1.{2 + i % 64}"] = 1 + (i % 40)
+        cfg = P.HostConfig.from_dict({**BASE, "pair_limits_mbps": pairs})
+        a.put_in_force(cfg, None)
+    dt = time.perf_counter() - t0
+    in_force = a.status()["in_force"]
+    a.executor.teardown()
+    drop_bpf_maps(bpf)
+    return {"first": first, "first_s": t_first, "updates": n, "seconds": dt, "in_force": in_force}
+
+
+PHASES = [({}, 20.0), ({"pair_limits_mbps": {"10.9.0.2": 8}}, 8.0),
+          ({"pair_limits_mbps": {"10.9.0.2": 8, "10.9.0.3": 3}}, 8.0),
+          ({"pair_limits_mbps": {"10.9.0.3": 3}}, 20.0), ({}, 20.0),
+          ({"pair_limits_mbps": {"10.9.0.2": 6}}, 6.0), ({}, 20.0)]
+
+
+def under_traffic(tmp: Path, phase_s: float = 2.0, offered_mbps: float = 60.0) -> dict:
+    """UDP (BG: ToS 0) to 10.9.0.2 at ``offered_mbps`` while the agent goes
+    hose (20 Mb/s) -> pipe -> pair added -> pair removed -> hose ...; prints
+    each phase's start (time.time()) and the limit that applies to the
+    traffic then. The receiver's side is sampled by the test."""
+    import socket
+    import threading
+
+    bpf = tmp / "bpffs"
+    make_bpf_maps(bpf)
+    a = agent(tmp, bpf)
+    stop = threading.Event()
+
+    def flood():
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        payload = b"x" * 1400
+        gap = 1400 * 8 / (offered_mbps * 1e6)
+        nxt = time.perf_counter()
+        while not stop.is_set():
+            try:
+                sock.sendto(payload, ("10.9.0.2", 9))
+            except OSError:
+                pass
+            nxt += gap
+            delay = nxt - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+
+    apply(a, guarantee_mbps=20)   # the hose in force before the traffic starts
+    th = threading.Thread(target=flood, daemon=True)
+    th.start()
+    time.sleep(phase_s)
+    phases = []
+    for over, limit in PHASES:
+        t = time.time()
+        reply = apply(a, guarantee_mbps=20, **over)
+        phases.append({"t": t, "t_done": time.time(), "limit_mbps": limit, "reply": reply,
+                       "in_force": a.status()["in_force"]})
+        time.sleep(phase_s)
+    stop.set()
+    th.join(2)
+    a.executor.teardown()
+    drop_bpf_maps(bpf)
+    return {"phases": phases, "end": time.time()}
+
+
+SCENARIOS = {f.__name__: f for f in (first_config_fails, failed_apply_then_repair, structural_changes,
+                                     pair_updates, under_traffic)}
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as d:
+        print(json.dumps(SCENARIOS[sys.argv[1]](Path(d))))
