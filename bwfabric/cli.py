@@ -74,18 +74,18 @@ def cmd_check_config(args) -> int:
 
 def cmd_agent(args) -> int:
     from hostagent import agent
-    return agent.main(args.host, args.key_file, args.listen, args.state_dir, load_cc=args.load_cc)
+    return agent.main(args.host, args.key_file, args.listen, args.state_dir, load_cc=args.load_cc,
+                      bpf_dir=args.bpf_dir)
 
 
 def cmd_agent_key(args) -> int:
     """Derive one host's agent key from the controller's master secret."""
-    from hostagent.channel import ChannelError, host_key, load_secret
+    from hostagent.channel import ChannelError, host_key, load_secret, write_secret
     try:
         if args.new_master:
             import secrets
-            Path(args.master).write_text(secrets.token_hex(32) + "\n")
-            Path(args.master).chmod(0o600)
-        master = load_secret(args.master)
+            write_secret(args.master, secrets.token_hex(32) + "\n")   # 0600 from creation; never overwrites
+        master = load_secret(args.master, private=True)
     except (OSError, ChannelError) as exc:
         print(f"bwfabric agent-key: {exc}", file=sys.stderr)
         return 2
@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--key-file", required=True, help="this host's key (hex), from bwfabric agent-key")
     a.add_argument("--listen", required=True, help="unix:/path or tcp:ADDR:PORT")
     a.add_argument("--state-dir", required=True, help="replay guard and undo state")
+    a.add_argument("--bpf-dir", default=None,
+                   help="where the WC congestion control's maps are pinned (default /run/bwfabric/bpf)")
     a.add_argument("--load-cc", action="store_true",
                    help="build/load the BPF congestion control and sock_ops program (once per machine)")
     a.set_defaults(func=cmd_agent)

@@ -16,7 +16,7 @@ from pathlib import Path
 from experiments.fabric import Fabric
 from hostagent import cc
 from hostagent.agent import AgentClient
-from hostagent.channel import host_key
+from hostagent.channel import host_key, write_secret
 
 
 class AgentError(RuntimeError):
@@ -65,8 +65,8 @@ class Agents:
                              "(experiments.agents.BpfLoaded, or `python -m hostagent.cc load`)")
         for h in self.hosts:
             key_file = self.workdir / f"{h}.key"
-            key_file.write_text(host_key(self.master, h).hex())
-            key_file.chmod(0o600)
+            key_file.unlink(missing_ok=True)
+            write_secret(key_file, host_key(self.master, h).hex())
             sock = self.workdir / f"{h}.sock"
             self.procs[h] = self.fab.host(h).popen(
                 [sys.executable, "-m", "bwfabric.cli", "agent", "--host", h, "--key-file", str(key_file),

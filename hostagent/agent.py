@@ -29,85 +29,21 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from hostagent.observe import BufferSizer
 from hostagent.channel import ChannelError, ReplayGuard, Receiver, Sender
 from hostagent.executor import ExecError, Executor
+from hostagent.observe import BufferSizer
 from hostagent.plan import HostConfig, PlanError, host_plan
+from hostagent.transport import FrameServer, connect, listen, recv_frame, send_frame
 
-MAX_FRAME = 1 << 20
 log = logging.getLogger("bwfabric.agent")
-
-
-# ---- framing -----------------------------------------------------------------------------------
-def send_frame(sock: socket.socket, payload: bytes) -> None:
-    sock.sendall(struct.pack("!I", len(payload)) + payload)
-
-
-def recv_frame(sock: socket.socket) -> bytes | None:
-    hdr = _recv_exact(sock, 4)
-    if hdr is None:
-        return None
-    (n,) = struct.unpack("!I", hdr)
-    if n > MAX_FRAME:
-        raise ChannelError(f"frame of {n} bytes exceeds {MAX_FRAME}")
-    return _recv_exact(sock, n)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return buf
-
-
-def listen(address: str) -> socket.socket:
-    kind, _, rest = address.partition(":")
-    if kind == "unix":
-        path = Path(rest)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            path.unlink()
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.bind(str(path))
-        os.chmod(path, 0o600)
-    elif kind == "tcp":
-        host, _, port = rest.rpartition(":")
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((host or "0.0.0.0", int(port)))
-    else:
-        raise ValueError(f"listen address {address!r}: use unix:/path or tcp:ADDR:PORT")
-    s.listen(8)
-    return s
-
-
-def connect(address: str, timeout: float = 5.0) -> socket.socket:
-    kind, _, rest = address.partition(":")
-    if kind == "unix":
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        target: object = rest
-    elif kind == "tcp":
-        host, _, port = rest.rpartition(":")
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        target = (host, int(port))
-    else:
-        raise ValueError(f"agent address {address!r}: use unix:/path or tcp:ADDR:PORT")
-    s.settimeout(timeout)
-    s.connect(target)
-    return s
 
 
 # ---- the agent ------------------------------------------------------------------------------------
@@ -200,7 +136,9 @@ class Agent:
             differences = self.executor.differences(self.plan_for(self.config, self.rcvbuf))
         else:
             differences = self.executor.clean_differences()
+        server = getattr(self, "server", None)
         return {"host": self.host, "rejected": self.rejected, "rcvbuf_bytes": self.rcvbuf,
+                "connections": None if server is None else asdict(server.stats),
                 "config": None if self.config is None else asdict(self.config),
                 "in_force": not differences and self.degraded is None, "differences": differences,
                 "degraded": self.degraded}
@@ -225,32 +163,25 @@ class Agent:
 
     def buffer_loop(self, period_s: float = 2.0) -> None:
         import subprocess
-        while True:
-            time.sleep(period_s)
-            try:
-                out = subprocess.run(["ss", "-tinH"], capture_output=True, text=True, timeout=5).stdout
-                self.refresh_buffer(out)
-            except Exception as exc:  # observation must never take the agent down
-                log.warning("buffer refresh: %s", exc)
 
-    def serve(self, server: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:       # the listening socket was closed: shutting down
-                return
-            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+        from controller.loops import LoopGuard
 
-    def _connection(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                while True:
-                    raw = recv_frame(conn)
-                    if raw is None:
-                        return
-                    send_frame(conn, self.handle(raw))
-            except (OSError, ChannelError) as exc:
-                log.info("controller connection closed: %s", exc)
+        guard = self.loops = LoopGuard(log)
+
+        def round_():
+            out = subprocess.run(["ss", "-tinH"], capture_output=True, text=True, timeout=5).stdout
+            self.refresh_buffer(out)
+
+        while True:      # observation must never take the agent down
+            time.sleep(guard.backoff("buffer", period_s, max_s=60.0))
+            guard.run("buffer", round_)
+
+    def serve(self, server: socket.socket, **limits) -> FrameServer:
+        """Serve the channel on ``server`` (see :mod:`hostagent.transport`
+        for the limits); returns the server, whose ``stop`` ends it."""
+        self.server = FrameServer(self.handle, **limits)
+        self.server.serve(server)
+        return self.server
 
     def shutdown(self) -> None:
         self.executor.teardown()
@@ -272,7 +203,7 @@ class AgentClient:
         if self.sock is None:
             self.sock = connect(self.address, self.timeout)
         send_frame(self.sock, raw)
-        reply = recv_frame(self.sock)
+        reply = recv_frame(self.sock, self.timeout, self.timeout)
         if reply is None:
             self.close()
             raise ConnectionError(f"agent {self.host} closed the connection")
@@ -285,20 +216,23 @@ class AgentClient:
             self.sock = None
 
 
-def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc: bool = False) -> int:
+def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc: bool = False,
+         bpf_dir: str | None = None) -> int:
     from hostagent.channel import load_secret
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent[{host}] %(levelname)s %(message)s")
     try:
-        key = load_secret(key_file)
-    except (OSError, ChannelError) as exc:
+        key = load_secret(key_file, private=True)
+        executor = Executor(state_file=Path(state_dir) / "executor.json",
+                            **({"bpf_pin_dir": Path(bpf_dir)} if bpf_dir else {}))
+        agent = Agent(host, key, Path(state_dir), executor=executor)
+        server = listen(listen_address)
+    except (OSError, ValueError, ChannelError, ExecError) as exc:
         print(f"bwfabric agent: {exc}", file=sys.stderr)
         return 2
     if load_cc:
         from hostagent import cc
         log.info("BPF side: %s", json.dumps(cc.load()))
-    agent = Agent(host, key, Path(state_dir))
-    server = listen(listen_address)
     done = threading.Event()
 
     def stop(*_):
@@ -310,6 +244,8 @@ def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc:
     log.info("listening on %s", listen_address)
     done.wait()
     log.info("shutting down: removing what this agent put in force")
+    if getattr(agent, "server", None) is not None:
+        agent.server.stop.set()
     server.close()
     if listen_address.startswith("unix:"):
         Path(listen_address[5:]).unlink(missing_ok=True)

@@ -31,15 +31,21 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.validate import finite_number, strict_json
+
 VERSION = 1
 KEY_LABEL = b"bwfabric agent key "
 FIELDS = ("v", "host", "seq", "ts", "type", "body")
 DEFAULT_MAX_SKEW_S = 30.0
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class ChannelError(ValueError):
@@ -52,9 +58,19 @@ def host_key(master: bytes, host: str) -> bytes:
     return hmac.new(master, KEY_LABEL + host.encode(), hashlib.sha256).digest()
 
 
-def load_secret(path: str | Path) -> bytes:
-    """A key file: hex text (as written by ``bwfabric keys``)."""
-    text = Path(path).read_text().strip()
+def load_secret(path: str | Path, private: bool = False) -> bytes:
+    """A key file: hex text (as written by ``bwfabric agent-key``). With
+    ``private``, a file that others may read or write is refused."""
+    path = Path(path)
+    if private:
+        mode = path.stat().st_mode
+        if mode & 0o077:
+            raise ChannelError(f"{path}: mode {mode & 0o777:o} lets others read or change the key; "
+                               f"chmod 600 {path}")
+    try:
+        text = path.read_bytes().decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise ChannelError(f"{path}: not a hex key") from None
     try:
         key = bytes.fromhex(text)
     except ValueError:
@@ -65,6 +81,15 @@ def load_secret(path: str | Path) -> bytes:
 
 
 DIRECTIONS = ("c2a", "a2c")
+
+
+def write_secret(path: str | Path, text: str) -> None:
+    """Create a secret file readable by its owner only from the first byte
+    on (O_EXCL: an existing file is never reused, so nothing written before
+    keeps other permissions)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def direction_key(key: bytes, direction: str) -> bytes:
@@ -131,11 +156,13 @@ class Receiver:
     clock: Any = time.time
 
     def open(self, raw: bytes) -> tuple[str, dict[str, Any]]:
-        """Verify and return (type, body), or raise ChannelError."""
+        """Verify and return (type, body), or raise ChannelError. Parsing is
+        bounded before the MAC is checked: UTF-8 only, no NaN/Infinity,
+        nesting at most MAX_NESTING levels."""
         try:
-            msg = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise ChannelError("not a JSON message") from None
+            msg = strict_json(raw, "message")
+        except ValueError as exc:
+            raise ChannelError(f"not a JSON message ({exc})") from None
         if not isinstance(msg, dict):
             raise ChannelError("message must be a JSON object")
         missing = [f for f in (*FIELDS, "mac") if f not in msg]
@@ -145,15 +172,18 @@ class Receiver:
         if extra:
             raise ChannelError(f"unknown message fields {extra}")
         fields = {f: msg[f] for f in FIELDS}
-        if not isinstance(msg["mac"], str) or not hmac.compare_digest(
-                msg["mac"], _mac(direction_key(self.key, self.direction), fields)):
+        # compare_digest raises TypeError on non-ASCII str: compare bytes of a hex-only MAC
+        if not isinstance(msg["mac"], str) or not _HEX64.fullmatch(msg["mac"]) or not hmac.compare_digest(
+                msg["mac"].encode(), _mac(direction_key(self.key, self.direction), fields).encode()):
             raise ChannelError("bad MAC: forged, corrupted, or signed with another host's key")
         if msg["v"] != VERSION:
             raise ChannelError(f"protocol version {msg['v']} not supported (this agent speaks {VERSION})")
         if msg["host"] != self.host:
             raise ChannelError(f"message for host {msg['host']!r}, this is {self.host!r}")
-        if not isinstance(msg["seq"], int) or not isinstance(msg["ts"], (int, float)):
-            raise ChannelError("seq must be an integer and ts a number")
+        if isinstance(msg["seq"], bool) or not isinstance(msg["seq"], int) or not 0 < msg["seq"] < 2**63:
+            raise ChannelError("seq must be an integer in 1..2^63-1")
+        if not finite_number(msg["ts"]):
+            raise ChannelError("ts must be a finite number (a NaN would pass any freshness check)")
         if not isinstance(msg["type"], str) or not isinstance(msg["body"], dict):
             raise ChannelError("type must be a string and body an object")
         skew = abs(self.clock() - msg["ts"])

@@ -167,3 +167,108 @@ def test_random_config_sequences_with_injected_failures_end_as_reported():
     tally = json.loads(res.stdout.strip().splitlines()[-1])
     assert res.returncode == 0 and tally["mismatches"] == 0, res.stdout[-3000:]
     assert tally["rolled_back"] > 10 and tally["degraded"] >= 1 and tally["refused"] > 0 and tally["applied"] > 50
+
+
+def test_the_agent_survives_10000_hostile_connections_and_then_applies_a_config(netns, tmp_path):
+    """A real agent process in a namespace; from outside, 10 000 connections
+    that send garbage, partial frames, oversized lengths, forged or replayed
+    messages, or nothing at all (some held open past the connection limit).
+    Afterwards a valid config is applied and verified against the kernel."""
+    import random
+    import secrets
+    import socket
+    import struct
+    import time
+
+    from benchmarks.agent_faults import drop_bpf_maps, make_bpf_maps
+    from hostagent.agent import AgentClient
+    from hostagent.channel import Sender, host_key, write_secret
+
+    master = secrets.token_bytes(32)
+    write_secret(tmp_path / "ns.key", host_key(master, "ns").hex())
+    bpf = tmp_path / "bpffs"
+    make_bpf_maps(bpf)
+    sock_path = tmp_path / "agent.sock"
+    proc = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-m", "bwfabric.cli", "agent",
+                             "--host", "ns", "--key-file", str(tmp_path / "ns.key"), "--listen", f"unix:{sock_path}",
+                             "--state-dir", str(tmp_path / "state"), "--bpf-dir", str(bpf)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "w"))
+    try:
+        for _ in range(100):
+            if sock_path.exists():
+                break
+            time.sleep(0.1)
+        rng = random.Random(5)
+        forged = Sender(b"x" * 32, "ns")
+        kinds = {}
+        held = []
+        connected = 0
+        t0 = time.monotonic()
+        for i in range(10_000):
+            kind = rng.choice(["garbage", "partial", "huge", "idle", "forged", "nested", "close", "nan"])
+            kinds[kind] = kinds.get(kind, 0) + 1
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            try:
+                for _ in range(200):                   # the listen backlog is full now and then: wait
+                    try:
+                        s.connect(str(sock_path))
+                        break
+                    except BlockingIOError:
+                        time.sleep(0.005)
+                else:
+                    raise AssertionError("the agent stopped accepting connections")
+                connected += 1
+                if kind == "garbage":
+                    body = rng.randbytes(rng.randint(0, 300))
+                    s.sendall(struct.pack("!I", len(body)) + body)
+                elif kind == "partial":
+                    s.sendall(struct.pack("!I", 1000) + b"{" * 10)
+                elif kind == "huge":
+                    s.sendall(struct.pack("!I", 2**32 - 1))
+                elif kind == "forged":
+                    body = forged.seal("config", {"host": "ns"})
+                    s.sendall(struct.pack("!I", len(body)) + body)
+                elif kind == "nested":
+                    body = b"[" * 50_000
+                    s.sendall(struct.pack("!I", len(body)) + body)
+                elif kind == "nan":
+                    body = b'{"v":1,"host":"ns","seq":1,"ts":NaN,"type":"status","body":{},"mac":"00"}'
+                    s.sendall(struct.pack("!I", len(body)) + body)
+                if kind == "idle" and len(held) < 40:
+                    held.append(s)                     # more than the 16 connection slots
+                    continue
+            except OSError:
+                pass                                   # refused while busy: fine
+            s.close()
+            if len(held) >= 40 and i % 500 == 0:
+                for h in held:
+                    h.close()
+                held = []
+        for h in held:
+            h.close()
+        flood_s = time.monotonic() - t0
+        assert proc.poll() is None, (tmp_path / "agent.log").read_text()[-2000:]
+        client = AgentClient(f"unix:{sock_path}", "ns", host_key(master, "ns"))
+        cfg = dict(host="ns", interface="ag0", address="10.9.0.1", nic_mbps=100, guarantee_mbps=10,
+                   wc_subflows=2, join_port_base=10100)
+        for attempt in range(50):                      # a slot frees within the agent's timeouts
+            try:
+                reply = client.request("config", cfg)
+                break
+            except (OSError, ConnectionError):
+                client.close()
+                time.sleep(0.5)
+        assert reply["ok"], reply
+        status = client.request("status", {})
+        assert status["in_force"] and status["config"]["guarantee_mbps"] == 10
+        stats = status["connections"]
+        assert connected == 10_000 and stats["accepted"] + stats["refused_busy"] >= 10_000, stats
+        assert status["rejected"] > 0 and stats["bad_frames"] > 0 and stats["refused_busy"] > 0
+        client.close()
+        print(f"10000 hostile connections in {flood_s:.1f} s ({kinds}); agent: {stats}, {status['rejected']} "
+              "messages rejected; then a config applied, in force")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        drop_bpf_maps(bpf)

@@ -19,7 +19,7 @@ import pytest
 
 from hostagent import cc
 from hostagent.agent import AgentClient
-from hostagent.channel import Sender, host_key
+from hostagent.channel import Sender, host_key, write_secret
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def pair(tmp_path):
                 assert ns(names[h], *cmd).returncode == 0, cmd
         cc.load()
         for h in IPS:
-            (tmp_path / f"{h}.key").write_text(host_key(MASTER, h).hex())
+            write_secret(tmp_path / f"{h}.key", host_key(MASTER, h).hex())
             procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", names[h], sys.executable, "-m", "bwfabric.cli", "agent", "--host", h,
                  "--key-file", str(tmp_path / f"{h}.key"), "--listen", f"unix:{tmp_path}/{h}.sock",
