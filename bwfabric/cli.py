@@ -27,7 +27,8 @@ def cmd_controller(args) -> int:
     from controller.topology import TopologyError
     try:
         launcher.run(args.topology, args.apps.split(","), of_port=args.of_port,
-                     listen_host=args.listen, log_level=args.log_level)
+                     listen_host=args.listen, log_level=args.log_level,
+                     tls={"key": args.of_tls_key, "cert": args.of_tls_cert, "ca": args.of_tls_ca})
     except (TopologyError, ValueError) as exc:
         print(f"bwfabric controller: {exc}", file=sys.stderr)
         return 2
@@ -119,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--of-port", type=int, default=6653)
     c.add_argument("--listen", default="127.0.0.1")
     c.add_argument("--log-level", default="INFO")
+    c.add_argument("--of-tls-key", help="OpenFlow over TLS: the controller's private key (mode 600)")
+    c.add_argument("--of-tls-cert", help="OpenFlow over TLS: the controller's certificate")
+    c.add_argument("--of-tls-ca", help="OpenFlow over TLS: CA certificate that signed the switches' certificates")
     c.set_defaults(func=cmd_controller)
 
     t = sub.add_parser("topology", help="write a built-in topology description")
