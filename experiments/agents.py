@@ -94,7 +94,14 @@ class Agents:
             raise AgentError(f"agent {host}: {reply.get('error')}")
         return reply
 
+    def dead(self) -> list[str]:
+        return [h for h, p in self.procs.items() if p.poll() is not None]
+
     def stop(self) -> None:
+        from experiments.controller_proc import record_death
+        for h in self.dead():
+            record_death(f"agent {h} exited with {self.procs[h].poll()} before the run ended; "
+                         f"see {self.workdir / f'agent-{h}.log'}")
         for c in self.clients.values():
             c.close()
         for p in self.procs.values():

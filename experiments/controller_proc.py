@@ -1,4 +1,10 @@
-"""Run ``bwfabric controller`` as a child process and measure its CPU."""
+"""Run ``bwfabric controller`` as a child process and measure its CPU.
+
+A controller that exits before the experiment stops it is a failed run:
+``stop`` records it in ``died`` and in the module's ``DEATHS`` (which
+``experiments.registry`` turns into a loud failure and a non-zero exit),
+while the experiment still writes what it measured -- traffic keeps
+flowing on the rules already installed, which is worth reporting."""
 
 from __future__ import annotations
 
@@ -11,6 +17,13 @@ import time
 from pathlib import Path
 
 import psutil
+
+DEATHS: list[str] = []   # every process an experiment depended on that died under it (this process)
+
+
+def record_death(what: str) -> None:
+    DEATHS.append(what)
+    print(f"\n*** FAILED RUN: {what} ***\n", file=sys.stderr, flush=True)
 
 
 class ControllerProcess:
@@ -25,6 +38,7 @@ class ControllerProcess:
         self.cpu_samples: list[tuple[float, float]] = []  # (t, percent of one core)
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
+        self.died: str | None = None      # set if it exited before stop()
 
     def start(self) -> "ControllerProcess":
         self._log = open(self.log_file, "w")
@@ -55,8 +69,15 @@ class ControllerProcess:
     def elapsed(self) -> float:
         return self.cpu_samples[-1][0] if self.cpu_samples else 0.0
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def stop(self) -> None:
         self._stop.set()
+        if self.proc and self.proc.poll() is not None and self.died is None:
+            self.died = (f"the controller ({' '.join(self.cmd[4:8])}) exited with {self.proc.returncode} "
+                         f"before the run ended; see {self.log_file}")
+            record_death(self.died)
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -48,11 +48,18 @@ def run(name: str, option_items: list[str], out: Path) -> int:
     if os.geteuid() != 0:
         print("bwfabric experiment: emulation needs root (Mininet, Open vSwitch)", file=sys.stderr)
         return 2
+    from experiments.controller_proc import DEATHS
     from experiments.fabric import FabricError
+    DEATHS.clear()
     try:
         module.run(cfg, out / name)
     except FabricError as exc:
         print(f"bwfabric experiment {name}: {exc}", file=sys.stderr)
+        return 1
+    if DEATHS:
+        print(f"bwfabric experiment {name}: FAILED -- {len(DEATHS)} process(es) it depends on died during it "
+              "(its figures were measured without them; traffic kept flowing on the rules already "
+              "installed):\n  " + "\n  ".join(DEATHS), file=sys.stderr)
         return 1
     return 0
 

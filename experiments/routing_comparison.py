@@ -9,6 +9,7 @@ stride-4, stride-8 and permutation patterns with single_path only.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -145,12 +146,32 @@ def run(cfg: Config, out_dir: Path) -> dict:
                     app_rep["workload"] = {"aggregate_mbps": wr.aggregate_mbps, "window_s": wr.window_s,
                                            **R.fct_stats(wr.flows), "flows_detail": wr.flows}
                 app_rep["controller_cpu_percent"] = round(ctl.cpu_between(0, ctl.elapsed()), 2)
+                app_rep["controller_alive_at_end"] = ctl.alive()
+            if ctl.died:
+                app_rep["failed"] = ctl.died
+                report["warnings"].append(f"{app}: FAILED RUN: {ctl.died}")
+            lessor_state = _lessor_state(out_dir / f"state-{app}.json")
+            if lessor_state:
+                app_rep["lessor"] = lessor_state
             report["apps"][app] = app_rep
     R.write_json(out_dir / "results.json", report)
     plot(report, out_dir / "results.png")
     print_report(report)
     print(f"\nresults: {out_dir / 'results.json'}  plot: {out_dir / 'results.png'}")
     return report
+
+
+def _lessor_state(path: Path) -> dict | None:
+    """Moves per allocation and the like, from a LESSOR/Hedera state file."""
+    if not path.exists():
+        return None
+    try:
+        st = json.loads(path.read_text())
+    except ValueError:
+        return None
+    keys = ("allocations", "allocations_skipped", "reroutes", "moves_per_allocation", "pinned_host_limited",
+            "untrusted_counters", "uncertified_allocations", "polls")
+    return {k: st[k] for k in keys if k in st}
 
 
 def _long_report(view: NetworkView, app: str, pairs, flows, cfg: Config, report: dict) -> dict:
@@ -214,6 +235,16 @@ def print_report(report: dict) -> None:
     for app, rep in report["apps"].items():
         if rep["ping_failures"]:
             con.print(f"[red]{app}: ping failed for {rep['ping_failures']}")
+        ls = rep.get("lessor")
+        if ls and ls.get("moves_per_allocation") is not None:
+            moves = ls["moves_per_allocation"]
+            con.print(f"{app}: {ls.get('allocations', 0)} allocations, {ls.get('reroutes', 0)} moves in all; "
+                      f"moves per allocation after the first: "
+                      f"{(sum(moves[1:]) / len(moves[1:])) if len(moves) > 1 else 0:.2f} (max "
+                      f"{max(moves[1:], default=0)}); {ls.get('pinned_host_limited', 0)} flows pinned as "
+                      "host-limited")
+        if rep.get("failed"):
+            con.print(f"[bold red]{app}: FAILED RUN: {rep['failed']}")
     for warning in report["warnings"]:
         con.print(f"[yellow]warning: {warning}")
 

@@ -33,6 +33,10 @@ from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, PRIO_
 
 LONG_FLOW_IDLE_S = 10
 REROUTE_GAIN = 0.05
+# An installed flow none of whose fabric links is busier than this (known long
+# flows' predicted rates over capacity) is limited at its hosts (or by its
+# application), not in the fabric: no move can speed it up, so it is pinned.
+FABRIC_BUSY = 0.85
 DEMAND_BAND = 0.10  # demands moving less than this since the last allocation do not rerun PMPT
 FiveTuple = tuple[str, str, int, int, int]  # src ip, dst ip, proto, src port, dst port
 
@@ -63,6 +67,8 @@ class LessorLogic:
         self.untrusted = 0        # counter entries not trusted as their source host's flow (flow_stats)
         self.unroutable: list[FiveTuple] = []   # long flows of the last allocation with no usable path
         self.uncertified = 0      # allocations PMPT ended at its phase cap without a certified gap
+        self.moves_per_allocation: list[int] = []   # installed flows moved by each allocation (last 1000)
+        self.pinned: set[FiveTuple] = set()          # installed flows limited outside the fabric (last look)
 
     # ---- switches ------------------------------------------------------------------
     def switch_connected(self, switch: str) -> list[ofmsg.Message]:
@@ -169,12 +175,45 @@ class LessorLogic:
             flows.append(LongFlow(st.key, st.src_tor, st.dst_tor, demand, self.table.remaining_bytes(st.key)))
         return flows
 
+    def fabric_utilisation(self) -> dict[tuple[str, str], float]:
+        """Known load / capacity of every switch-to-switch link: installed
+        long flows' predicted rates along their paths (only ToRs are polled;
+        flows on the defaults have no known path and count nowhere)."""
+        loads: dict[tuple[str, str], float] = {}
+        for key, inst in self.installed.items():
+            st = self.table.flows.get(key)
+            rate = st.predicted if st is not None and st.predicted is not None else 0.0
+            for link in self.view.path_links(inst.path[1:-1]):
+                loads[link] = loads.get(link, 0.0) + rate
+        return {link: load / self.view.capacity(*link) for link, load in loads.items()
+                if self.view.capacity(*link) > 0}
+
+    def host_limited(self, flows: list[LongFlow] | None = None) -> set[FiveTuple]:
+        """Installed flows (of ``flows``; all if None) on working paths none
+        of whose fabric links is busier than FABRIC_BUSY: whatever limits
+        them (their hosts' links, their application), it is not the fabric."""
+        util = self.fabric_utilisation()
+        out = set()
+        for key in (sorted(self.installed) if flows is None else [f.key for f in flows]):
+            inst = self.installed.get(key)
+            if inst is None:
+                continue
+            links = self.view.path_links(inst.path[1:-1])
+            if all(self.view.link_up(u, v) for u, v in self.view.path_links(inst.path)) and \
+                    all(util.get(link, 0.0) < FABRIC_BUSY for link in links):
+                out.add(key)
+        return out
+
     def allocation_needed(self, flows: list[LongFlow]) -> bool:
-        """False when the last allocation was made for the same long flows,
-        each demand within +-10 % of what it was then, on the same network
-        view, and every one of them is still installed: PMPT would only
-        reproduce it. Saves the controller's CPU between changes."""
+        """False when every long flow is installed and limited outside the
+        fabric (no placement can help), or when the last allocation was made
+        for the same long flows, each demand within +-10 % of what it was
+        then, on the same network view, every one of them still installed,
+        and none held by a busy fabric link below its demand: PMPT would
+        only reproduce it. Saves the controller's CPU between changes."""
         if not flows:
+            return False
+        if all(f.key in self.installed for f in flows) and self.host_limited(flows) >= {f.key for f in flows}:
             return False
         last = self._last_input
         if last is None or last[0] != self.view.version:
@@ -182,7 +221,16 @@ class LessorLogic:
         demands = last[1]
         if set(demands) != {f.key for f in flows} or any(k not in self.installed for k in demands):
             return True
-        return any(abs(f.demand - demands[f.key]) > DEMAND_BAND * demands[f.key] for f in flows)
+        if any(abs(f.demand - demands[f.key]) > DEMAND_BAND * demands[f.key] for f in flows):
+            return True
+        # a flow the fabric holds below its demand (on a busy link): another placement may help
+        free = self.host_limited(flows)
+        for f in flows:
+            st = self.table.flows.get(f.key)
+            if f.key not in free and st is not None and st.predicted is not None \
+                    and st.predicted < (1 - DEMAND_BAND) * f.demand:
+                return True
+        return False
 
     def allocate(self, flows: list[LongFlow]) -> Allocation:
         """The heavy part: run it off the event loop."""
@@ -203,9 +251,15 @@ class LessorLogic:
                 continue
             src, dst = self.view.host_by_ip(f.key[0]), self.view.host_by_ip(f.key[1])
             wanted[f.key] = Installed((src, *tor_path, dst), allocation.flow_rate.get(f.key, 0.0))
+        # flows limited outside the fabric stay where they are: no move can help them
+        self.pinned = self.host_limited(flows)
+        for key in self.pinned:
+            if key in wanted:
+                wanted[key] = Installed(self.installed[key].path, wanted[key].rate)
         kept = self._keep_current(flows, wanted, allocation.integral_lam)
         if kept is not None:
             wanted = kept
+        moved = 0
         for key in sorted(wanted):
             new = wanted[key]
             old = self.installed.get(key)
@@ -216,10 +270,13 @@ class LessorLogic:
                 adds.append((sw, self._entries(key, new.path, only=sw)))
             if old is not None:
                 self.reroutes += 1
+                moved += 1
                 for sw in old.path[1:-1]:
                     if sw not in new.path:
                         removals.append((sw, [self._delete(key)]))
         self.installed.update(wanted)
+        self.moves_per_allocation.append(moved)
+        del self.moves_per_allocation[:-1000]
         return adds + removals
 
     def _keep_current(self, flows: list[LongFlow], wanted: dict, new_lam: float) -> dict | None:
@@ -290,6 +347,8 @@ class LessorLogic:
                            for s in self.table.long_flows()],
             "installed": {" ".join(map(str, k)): list(v.path) for k, v in sorted(self.installed.items())},
             "reroutes": self.reroutes,
+            "moves_per_allocation": self.moves_per_allocation[-200:],
+            "pinned_host_limited": len(self.host_limited()),
             "allocations": self.allocations,
             "allocations_skipped": self.allocations_skipped,
             "lambda": None if alloc is None else alloc.lam,
