@@ -18,6 +18,8 @@ EXPERIMENTS = {
                      "the same on VL2 (d0=2, d1=4, d2=4; 10 Mb/s servers, 25 Mb/s fabric)"),
     "lessor-permutation": (routing_comparison, routing_comparison.LESSOR_PERMUTATION,
                            "FatTree k=4 random permutation of long flows: single_path, ecmp, hedera, lessor"),
+    "lessor-many2one": (routing_comparison, routing_comparison.LESSOR_MANY2ONE,
+                        "FatTree k=4, 15 long flows into one host under LESSOR: moves per allocation"),
     "lessor-fattree": (lessor_eval, {}, "FatTree k=4 web-search ON-OFF, loads 0.1-0.9 x 3 seeds: "
                        "throughput, FCT, controller CPU and polling period vs load, 4 schemes"),
     "lessor-vl2": (lessor_eval, lessor_eval.VL2, "the same on VL2 (d0=2, d1=4, d2=4; scaled speeds)"),

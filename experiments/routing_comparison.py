@@ -25,7 +25,7 @@ from experiments.workloads import SizeCdf, open_loop_flows, permutation, stride
 from mininet_topos import builders
 from experiments.options import OptionError
 
-PATTERNS = ("permutation", "stride1", "stride2", "stride4", "stride5", "stride8", "stride10")
+PATTERNS = ("permutation", "stride1", "stride2", "stride4", "stride5", "stride8", "stride10", "many2one")
 APPS = ("single_path", "ecmp", "hedera", "lessor")
 
 
@@ -79,11 +79,15 @@ FIDELITY_VL2 = dict(FIDELITY, topology="vl2", patterns=("stride5", "stride10", "
 # moved onto PMPT's paths).
 LESSOR_PERMUTATION = dict(apps=("single_path", "ecmp", "hedera", "lessor"), patterns=("permutation",),
                           workload=None)
+# many senders to one receiver: no placement can help; LESSOR must not churn
+LESSOR_MANY2ONE = dict(apps=("lessor",), patterns=("many2one",), workload=None, long_duration=25.0)
 
 
 def _pairs(name: str, hosts: list[str], seed: int) -> list[tuple[str, str]]:
     if name == "permutation":
         return permutation(hosts, random.Random(seed))
+    if name == "many2one":      # every other host to the last one: all limited by its link
+        return [(h, hosts[-1]) for h in hosts[:-1]]
     return stride(hosts, int(name.removeprefix("stride")))
 
 

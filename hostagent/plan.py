@@ -110,8 +110,13 @@ class HostConfig:
         missing = [k for k in ("host", "interface", "address", "nic_mbps", "guarantee_mbps") if k not in data]
         if missing:
             raise PlanError(f"configuration lacks {', '.join(missing)}")
+        pairs = data.get("pair_limits_mbps")
+        if pairs is None:
+            pairs = {}
+        if not isinstance(pairs, dict):
+            raise PlanError(f"pair_limits_mbps {pairs!r} must be an object of IPv4 address -> Mb/s")
         try:
-            cfg = cls(**{**data, "pair_limits_mbps": dict(data.get("pair_limits_mbps") or {})})
+            cfg = cls(**{**data, "pair_limits_mbps": dict(pairs)})
         except TypeError as exc:
             raise PlanError(f"configuration: {exc}") from None
         cfg.check()

@@ -46,12 +46,15 @@ def load_settings(raw: str | None) -> tuple[PollingConfig | None, float]:
     bad = [f"{k}={v!r}" for k, v in sorted(data.items()) if not finite_number(v)]
     if bad:
         raise ValueError(f"{SETTINGS_ENV}: {', '.join(bad)}: must be finite numbers")
-    epsilon = float(data.pop("epsilon", DEFAULT_EPSILON))
-    check_epsilon(epsilon)
-    if not data:
-        return None, epsilon
-    cfg = PollingConfig(**{k: float(v) for k, v in data.items()})
-    cfg.check()
+    try:
+        epsilon = float(data.pop("epsilon", DEFAULT_EPSILON))
+        check_epsilon(epsilon)
+        if not data:
+            return None, epsilon
+        cfg = PollingConfig(**{k: float(v) for k, v in data.items()})
+        cfg.check()
+    except ValueError as exc:
+        raise ValueError(f"{SETTINGS_ENV}: {exc}") from None
     return cfg, epsilon
 
 

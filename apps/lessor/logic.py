@@ -33,9 +33,10 @@ from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, PRIO_
 
 LONG_FLOW_IDLE_S = 10
 REROUTE_GAIN = 0.05
-# An installed flow none of whose fabric links is busier than this (known long
-# flows' predicted rates over capacity) is limited at its hosts (or by its
-# application), not in the fabric: no move can speed it up, so it is pinned.
+# Busy: known long flows' predicted rates over capacity at least this. An
+# installed flow whose source or destination host link is busy, or none of
+# whose fabric links is busy, is limited outside the fabric: no move can
+# speed it up, so it is pinned (see LessorLogic.host_limited).
 FABRIC_BUSY = 0.85
 DEMAND_BAND = 0.10  # demands moving less than this since the last allocation do not rerun PMPT
 FiveTuple = tuple[str, str, int, int, int]  # src ip, dst ip, proto, src port, dst port
@@ -188,19 +189,38 @@ class LessorLogic:
         return {link: load / self.view.capacity(*link) for link, load in loads.items()
                 if self.view.capacity(*link) > 0}
 
+    def saturated_hosts(self) -> set[str]:
+        """Hosts whose link carries (as the known long flows' predicted rates
+        add up, in either direction) at least FABRIC_BUSY of its capacity."""
+        out_load: dict[str, float] = {}
+        in_load: dict[str, float] = {}
+        for st in self.table.flows.values():
+            if not st.long or st.predicted is None:
+                continue
+            src, dst = self.view.host_by_ip(st.key[0]), self.view.host_by_ip(st.key[1])
+            out_load[src] = out_load.get(src, 0.0) + st.predicted
+            in_load[dst] = in_load.get(dst, 0.0) + st.predicted
+        return {h for load in (out_load, in_load) for h, rate in load.items()
+                if h is not None and rate >= FABRIC_BUSY * self._nic(self.view.ip(h))}
+
     def host_limited(self, flows: list[LongFlow] | None = None) -> set[FiveTuple]:
-        """Installed flows (of ``flows``; all if None) on working paths none
-        of whose fabric links is busier than FABRIC_BUSY: whatever limits
-        them (their hosts' links, their application), it is not the fabric."""
+        """Installed flows (of ``flows``; all if None) on working paths that
+        no move can speed up: the link of their source or destination host
+        is saturated (whatever a move gains for one flow into that host,
+        another loses), or none of their fabric links is busier than
+        FABRIC_BUSY (whatever limits them is not the fabric: their hosts or
+        their application)."""
         util = self.fabric_utilisation()
+        saturated = self.saturated_hosts()
         out = set()
         for key in (sorted(self.installed) if flows is None else [f.key for f in flows]):
             inst = self.installed.get(key)
             if inst is None:
                 continue
-            links = self.view.path_links(inst.path[1:-1])
-            if all(self.view.link_up(u, v) for u, v in self.view.path_links(inst.path)) and \
-                    all(util.get(link, 0.0) < FABRIC_BUSY for link in links):
+            if not all(self.view.link_up(u, v) for u, v in self.view.path_links(inst.path)):
+                continue
+            if inst.path[0] in saturated or inst.path[-1] in saturated or \
+                    all(util.get(link, 0.0) < FABRIC_BUSY for link in self.view.path_links(inst.path[1:-1])):
                 out.add(key)
         return out
 

@@ -28,6 +28,7 @@ from typing import Hashable, Iterable
 import networkx as nx
 
 from controller.network_view import NetworkView
+from controller.validate import finite_number
 
 LONG_FLOW_BYTES = 100_000
 RECHECK_BAND = 0.10
@@ -46,6 +47,9 @@ class PollingConfig:
     rtt_factor: float = 2.0
 
     def check(self) -> None:
+        bad = [f"{k}={v!r}" for k, v in vars(self).items() if not finite_number(v)]
+        if bad:
+            raise ValueError(f"polling: {', '.join(bad)} must be finite numbers")
         if not 0 <= self.lower < self.upper <= 1:
             raise ValueError(f"polling: need 0 <= lower ({self.lower}) < upper ({self.upper}) <= 1")
         if not 0 < self.min_s <= self.initial_s <= self.max_s:
@@ -76,10 +80,18 @@ class AdaptivePolling:
         return self._rtt_sum / self._rtt_n if self._rtt_n else None
 
     def record_rtt(self, rtt_s: float) -> None:
+        if not finite_number(rtt_s) or rtt_s < 0:
+            raise ValueError(f"rtt {rtt_s!r}: must be a finite number of seconds >= 0")
         self._rtt_sum += rtt_s
         self._rtt_n += 1
 
     def decide(self, cpu: float, rtt_s: float | None = None) -> float:
+        """Refuses (ValueError, nothing changed) a CPU utilisation that is not
+        a finite number >= 0 or an RTT that is not finite and >= 0."""
+        if not finite_number(cpu) or cpu < 0:
+            raise ValueError(f"cpu {cpu!r}: must be a finite utilisation >= 0")
+        if rtt_s is not None and (not finite_number(rtt_s) or rtt_s < 0):
+            raise ValueError(f"rtt {rtt_s!r}: must be a finite number of seconds >= 0")
         c = self.config
         if cpu < c.lower:
             self.period_s /= 2
@@ -165,7 +177,13 @@ class FlowTable:
         st.long = st.long or size_bytes >= self.long_bytes
 
     def update(self, key: Hashable, src_tor: str, dst_tor: str, byte_count: int, now: float) -> FlowState:
-        """A poll (or a recheck) reported ``byte_count`` for the flow."""
+        """A poll (or a recheck) reported ``byte_count`` for the flow. A count
+        that is not an integer in 0..2^64-1 or a time that is not finite is
+        refused (ValueError naming the flow), the table unchanged."""
+        if isinstance(byte_count, bool) or not isinstance(byte_count, int) or not 0 <= byte_count < 2**64:
+            raise ValueError(f"flow {key}: byte count {byte_count!r} must be an integer in 0..2^64-1")
+        if not finite_number(now):
+            raise ValueError(f"flow {key}: time {now!r} must be finite")
         st = self.flows.setdefault(key, FlowState(key, src_tor, dst_tor))
         if st.last_t is not None and now > st.last_t and byte_count >= st.bytes:
             rate = (byte_count - st.bytes) * 8 / (now - st.last_t)

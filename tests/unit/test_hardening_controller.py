@@ -313,6 +313,32 @@ def test_many_to_one_long_flows_are_never_moved():
     assert logic.state()["pinned_host_limited"] == 12
 
 
+def test_many_to_one_stays_put_even_when_one_fabric_link_carries_it_all():
+    """As placed incrementally in emulation: every flow into h16 crosses the
+    same aggregation -> ToR link, which therefore looks saturated -- but it
+    only carries what h16's own link takes. Moving flows off it cannot
+    help (a fabric-only test moved 177 flows in 42 allocations of
+    lessor-many2one); nothing may move."""
+    import random
+    from apps.lessor.logic import Installed
+    view, logic, net = _fabric()
+    _poll(logic, net, 0.0)
+    senders = [(f"h{i}", "h16", 1000) for i in range(1, 13)]
+    _rounds(logic, net, senders, lambda s: 10 / 12, 3, random.Random(4))
+    assert len(logic.installed) == 12
+    for s, d, sport in senders:                   # squeeze them all through a3_0 -> e3_1
+        key = (view.ip(s), view.ip(d), 6, sport, 80)
+        path = next(p for p in view.equal_cost_paths(s, d) if "a3_0" in p)
+        for sw in path[1:-1]:
+            net.apply(sw, logic._entries(key, path, only=sw))
+        logic.installed[key] = Installed(path, 0.0)
+    before = logic.reroutes
+    # TCP shares one bottleneck unevenly: 0.4 .. 1.6 of the fair share
+    rates = {f"h{i}": 10 / 12 * (0.4 + 1.2 * (i - 1) / 11) for i in range(1, 13)}
+    moves = _rounds(logic, net, senders, lambda s: rates[s], 20, random.Random(5), t0=4.0)
+    assert logic.reroutes == before and sum(moves) == 0, moves
+
+
 def test_fabric_limited_flows_are_still_moved_apart():
     """Two elephants forced onto one core path share its links (each gets
     half): the fabric limits them, so the next allocation separates them."""
