@@ -120,6 +120,53 @@ def pair_updates(tmp: Path, n: int = 1000) -> dict:
     return {"first": first, "first_s": t_first, "updates": n, "seconds": dt, "in_force": in_force}
 
 
+def refused_configs_change_nothing(tmp: Path, n: int = 300) -> dict:
+    """A config in force; then ``n`` signed but invalid configurations
+    (random field values: NaN, Infinity, huge, negative, wrong types,
+    unknown keys, another host) through the agent's request handler; the
+    kernel, read back, must be exactly as before, and the agent must still
+    report the first config in force."""
+    import random
+
+    from hostagent.channel import Sender
+    bpf = tmp / "bpffs"
+    make_bpf_maps(bpf)
+    key = secrets.token_bytes(32)
+    a = Agent("ns", key, tmp / "state", executor=Executor(state_file=tmp / "state" / "executor.json",
+                                                          bpf_pin_dir=bpf))
+    tx = Sender(key, "ns")
+    from hostagent.channel import Receiver, ReplayGuard
+    rx = Receiver(key, "ns", ReplayGuard(), direction="a2c")
+    first = rx.open(a.handle(tx.seal("config", {**BASE, "pair_limits_mbps": {"10.9.0.2": 5}})))[1]
+    before = kernel()
+    rng = random.Random(11)
+    values = [float("nan"), float("inf"), -float("inf"), 1e308, -1, 0, 2**64, "10", None, True, [], {}, "x" * 300,
+              "10.9.0.256", "255.255.255.255", "ag0/../x", "\n", 1e12]
+    refused = 0
+    for _ in range(n):
+        body = {**BASE, "pair_limits_mbps": {"10.9.0.2": 5}}
+        for _ in range(rng.randint(1, 3)):
+            field = rng.choice([*P.HostConfig.FIELDS, "bogus"])
+            body[field] = rng.choice(values)
+        if rng.random() < 0.2:
+            body["pair_limits_mbps"] = {rng.choice(["10.9.0.3", "x", "10.9.0.300"]): rng.choice(values)}
+        try:
+            raw = tx.seal("config", body)
+        except ValueError:          # NaN cannot even be signed canonically: skip
+            continue
+        reply = rx.open(a.handle(raw))[1]
+        if not reply["ok"]:
+            refused += 1
+        else:                       # an accidental valid config: put the first back
+            rx.open(a.handle(tx.seal("config", {**BASE, "pair_limits_mbps": {"10.9.0.2": 5}})))
+    after = kernel()
+    st = a.status()
+    a.executor.teardown()
+    drop_bpf_maps(bpf)
+    return {"first": first, "refused": refused, "same": before == after, "in_force": st["in_force"],
+            "config_guarantee": st["config"]["guarantee_mbps"] if st["config"] else None}
+
+
 PHASES = [({}, 20.0), ({"pair_limits_mbps": {"10.9.0.2": 8}}, 8.0),
           ({"pair_limits_mbps": {"10.9.0.2": 8, "10.9.0.3": 3}}, 8.0),
           ({"pair_limits_mbps": {"10.9.0.3": 3}}, 20.0), ({}, 20.0),
@@ -173,7 +220,7 @@ def under_traffic(tmp: Path, phase_s: float = 2.0, offered_mbps: float = 60.0) -
 
 
 SCENARIOS = {f.__name__: f for f in (first_config_fails, failed_apply_then_repair, structural_changes,
-                                     pair_updates, under_traffic)}
+                                     pair_updates, under_traffic, refused_configs_change_nothing)}
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:

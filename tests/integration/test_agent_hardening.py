@@ -272,3 +272,9 @@ def test_the_agent_survives_10000_hostile_connections_and_then_applies_a_config(
         proc.terminate()
         proc.wait(10)
         drop_bpf_maps(bpf)
+
+
+def test_signed_but_invalid_configs_change_nothing_in_the_kernel(netns):
+    out = _scenario(netns, "refused_configs_change_nothing", timeout=300)
+    assert out["first"]["ok"]
+    assert out["refused"] > 200 and out["same"] and out["in_force"] and out["config_guarantee"] == 10
