@@ -141,8 +141,9 @@ def run(sequences: int, seed: int, length: int = 5, p_fail: float = 0.5, p_doubl
     return tally
 
 
-def in_netns(argv: list[str]) -> int:
-    """Re-run this module inside a fresh namespace with ag0 (10.9.0.1)."""
+def make_netns() -> str:
+    """A fresh namespace (named bwft-<random>) with a veth pair ag0/ag1 up in
+    it, ag0 at 10.9.0.1/24; the caller deletes it (``ip netns del``)."""
     ns = f"bwft-{uuid.uuid4().hex[:6]}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
@@ -150,6 +151,16 @@ def in_netns(argv: list[str]) -> int:
         subprocess.run(["ip", "-n", ns, "addr", "add", "10.9.0.1/24", "dev", "ag0"], check=True)
         for dev in ("ag0", "ag1"):
             subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+    except subprocess.CalledProcessError:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+        raise
+    return ns
+
+
+def in_netns(argv: list[str]) -> int:
+    """Re-run this module inside a fresh namespace with ag0 (10.9.0.1)."""
+    ns = make_netns()
+    try:
         return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "benchmarks.agent_faults", *argv],
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}).returncode
     finally:

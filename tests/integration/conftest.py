@@ -1,5 +1,6 @@
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -16,3 +17,14 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "root" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture
+def netns():
+    """A namespace of the test's own with ag0 (10.9.0.1/24) and ag1 up."""
+    from benchmarks.agent_faults import make_netns
+    name = make_netns()
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True)

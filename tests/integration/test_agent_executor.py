@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import uuid
 
 import pytest
 
@@ -45,19 +44,6 @@ SCRIPT = textwrap.dedent('''
 def _rates(tc_text):
     return {m[0]: (m[1], m[2]) for m in re.findall(r"class htb (\S+) .*?rate (\S+) ceil (\S+)", tc_text)}
 
-
-@pytest.fixture
-def netns():
-    name = f"bwft-{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "add", "ag0", "type", "veth", "peer", "name", "ag1"], check=True)
-        subprocess.run(["ip", "-n", name, "addr", "add", "10.9.0.1/24", "dev", "ag0"], check=True)
-        for dev in ("ag0", "ag1"):
-            subprocess.run(["ip", "-n", name, "link", "set", dev, "up"], check=True)
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=True)
 
 
 def test_executor_applies_idempotently_changes_rates_in_place_and_tears_down(netns, tmp_path):

@@ -26,20 +26,6 @@ def _ns(name, *cmd, check=True):
     return subprocess.run(["ip", "-n", name, *cmd], check=check)
 
 
-@pytest.fixture
-def netns():
-    name = f"bwft-{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        _ns(name, "link", "add", "ag0", "type", "veth", "peer", "name", "ag1")
-        _ns(name, "addr", "add", "10.9.0.1/24", "dev", "ag0")
-        for dev in ("ag0", "ag1"):
-            _ns(name, "link", "set", dev, "up")
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=True)
-
-
 def _scenario(ns, name, timeout=120):
     res = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "tests.integration.agent_scenarios", name],
                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,

@@ -5,9 +5,7 @@ replayed messages refused); an MPTCP connection then has one BG subflow
 0x20, the bwf_wc BPF congestion control, counted as K=1 for its VM),
 verified by nftables packet counters, ss and the BPF maps."""
 
-import json
 import re
-import socket
 import subprocess
 import sys
 import textwrap

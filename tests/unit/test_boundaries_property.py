@@ -6,7 +6,6 @@ bad input, and nothing in force changed by refused input."""
 import copy
 import json
 import math
-import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st

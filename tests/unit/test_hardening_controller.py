@@ -14,24 +14,17 @@ from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from apps.lessor.app import LessorApp, echo_rtt, load_settings
-from apps.lessor.logic import LessorLogic
 from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import LongFlow, pmpt
-from controller.fakenet import FakeNetwork
 from controller.loops import LoopGuard
 from controller.network_view import NetworkView
 from mininet_topos import builders
 from tests.unit.test_apps_smoke import Msg, RecordingDatapath
-from tests.unit.test_lessor_fakenet import PAIRS, _poll, _send
+from tests.unit.test_lessor_fakenet import PAIRS, _poll, _send, _setup
 
 
 def _fabric():
-    view = NetworkView(builders.fattree(4, link_mbps=10))
-    logic = LessorLogic(view)
-    net = FakeNetwork(view)
-    for sw in view.switches:
-        net.apply(sw, logic.switch_connected(sw))
-    return view, logic, net
+    return _setup()
 
 
 def _spoofed(net, src, fake_ip, dst, packets, sport=3000):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 from os_ken.controller import ofp_event
-from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser as parser
+from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from apps.lessor.app import LessorApp, load_settings
 from controller.network_view import NetworkView
