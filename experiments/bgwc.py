@@ -477,9 +477,30 @@ def run(cfg: Config, out_dir: Path) -> dict:
             report["meter_drops"] = meter_drops(topo)
     R.write_json(out_dir / "results.json", report)
     plot(report, out_dir / "results.png")
+    for line in share_spread_lines(report):
+        print(line)
     print(json.dumps(report.get("verdict", {}), indent=1))
     print(f"\nresults: {out_dir / 'results.json'}  plot: {out_dir / 'results.png'}")
     return report
+
+
+def share_spread_lines(report: dict) -> list[str]:
+    """Table 3 / Figs. 14-15: per row, the error of the mean shares, the
+    spread of single runs' errors, and each run's lowest BG / guarantee."""
+    rows = report.get("rows") or report.get("runs") or []
+    lines = []
+    for r in rows:
+        if not isinstance(r, dict) or "run_errors" not in r:
+            continue
+        name = r.get("row") or f"{r.get('conns')} conns, {r.get('policy')}"
+        errs = [e for e in r["run_errors"] if e is not None]
+        g = r.get("guarantees") or {}
+        bg_min = [min((run["bg"][s] / g[s] for s in g if g.get(s)), default=None) for run in r.get("runs", [])]
+        bg_min = [b for b in bg_min if b is not None]
+        lines.append(f"{name}: error of the mean {r['max_rel_error']:.3f}; single runs "
+                     f"{min(errs, default=float('nan')):.3f}..{max(errs, default=float('nan')):.3f}"
+                     + (f"; BG/guarantee per run min {min(bg_min):.3f}" if bg_min else ""))
+    return lines
 
 
 def _configure(agents: Agents, cfg: Config, guarantees: dict[str, float], policy: str = "guarantee",
