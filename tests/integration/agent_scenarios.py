@@ -68,6 +68,12 @@ def failed_apply_then_repair(tmp: Path) -> dict:
     out["b"] = apply(a, guarantee_mbps=30, ecn=False)
     out["status_after_b"] = a.status()
     out["classes_after_b"] = kernel()["classes"]
+    # SIGTERM of a degraded agent, as a restarted process would do it: a new
+    # executor from the state file alone removes everything, half-applied included
+    fresh = Executor(state_file=tmp / "state" / "executor.json", bpf_pin_dir=bpf)
+    fresh.teardown()
+    out["clean_after_degraded_teardown"] = fresh.clean_differences()
+    out["kernel_after_degraded_teardown"] = kernel()
     make_bpf_maps(bpf)
     out["a_again"] = apply(a, guarantee_mbps=10)
     out["status_after_a_again"] = a.status()

@@ -48,6 +48,10 @@ def test_an_undoable_failure_is_reported_degraded_and_resending_repairs_it(netns
     assert not out["b"]["ok"] and "degraded" in out["b"]["error"]
     st = out["status_after_b"]
     assert st["config"] is None and not st["in_force"] and st["degraded"]
+    assert "htb" in out["classes_after_b"] or st["differences"]
+    after = out["kernel_after_degraded_teardown"]
+    assert out["clean_after_degraded_teardown"] == [] and "htb" not in after["qdisc"] \
+        and "bwfabric" not in after["nft"] and "signal" not in after["endpoints"]
     assert out["a_again"]["ok"] and out["a_again"]["changes"] > 0      # the landed code said "0 changes"
     assert out["status_after_a_again"]["in_force"] and out["status_after_a_again"]["differences"] == []
     assert "rate 10Mbit" in out["classes_after_a_again"] and out["clean"] == []
