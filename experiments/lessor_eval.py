@@ -159,6 +159,8 @@ def _one_run(fab: Fabric, topo_file: Path, app: str, flows, cfg: Config, workdir
     return {"aggregate_mbps": wr.aggregate_mbps, "controller_cpu_percent": cpu,
             "mean_polling_period_s": sum(periods) / len(periods) if periods else None,
             "reroutes": state.get("reroutes"), "packet_ins": state.get("packet_ins"),
+            "allocations": state.get("allocations"), "moves_per_allocation": state.get("moves_per_allocation"),
+            "controller_died": ctl.died,
             "flows": [{"id": r["id"], "size": r["size"], "fct": r["fct"], "complete": r["complete"]}
                       for r in wr.flows], "planned": len(flows)}
 
@@ -247,6 +249,13 @@ def print_summary(report: dict) -> None:
     con.print(t)
     for line in lessor_verdicts(report["summary"]):
         con.print(line)
+    for key, run in sorted(report.get("runs", {}).items()):
+        moves = run.get("moves_per_allocation")
+        if moves:
+            con.print(f"{key}: {run.get('allocations')} allocations, moves per allocation after the first "
+                      f"{sum(moves[1:]) / max(1, len(moves) - 1):.2f} (max {max(moves[1:], default=0)})")
+        if run.get("controller_died"):
+            con.print(f"[bold red]{key}: FAILED RUN: {run['controller_died']}")
     for w in report["warnings"]:
         con.print(f"[yellow]warning: {w}")
 
