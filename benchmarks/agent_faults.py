@@ -83,7 +83,12 @@ def make_bpf_maps(root: Path) -> None:
 
 
 def drop_bpf_maps(root: Path) -> None:
-    subprocess.run(["umount", str(root)], check=False)
+    """Unmount the bpffs (its maps go with it) and remove the mount point."""
+    subprocess.run(["umount", str(root)], check=False, capture_output=True)
+    try:
+        root.rmdir()
+    except OSError:
+        pass
 
 
 def check(agent: Agent) -> str | None:
