@@ -149,6 +149,11 @@ class FakeNetwork:
         self.switches = {sw: FakeSwitch(sw, view.dpid(sw)) for sw in view.switches}
         self.packet_ins: list[tuple[str, dict[str, Any]]] = []
 
+    def restart(self, switch: str) -> None:
+        """The switch restarted (or its tables were cleared): it comes back
+        with empty flow, group and meter tables, as a real one does."""
+        self.switches[switch] = FakeSwitch(switch, self.view.dpid(switch))
+
     def apply(self, switch: str, msgs: list[ofmsg.Message]) -> None:
         sw = self.switches[switch]
         for m in msgs:

@@ -113,11 +113,16 @@ class PrioQueuesLogic:
 
     def switch_connected(self, switch: str) -> list[ofmsg.Message]:
         msgs: list[ofmsg.Message] = [wipe_app(APP_PRIO_QUEUES), *classification_entries()]
+        # meters are ours by id (= host port): delete every host port's, so a
+        # guarantee removed while the switch kept its tables leaves no meter behind
+        if self.view is not None:
+            ports = sorted({self.view.port(switch, h) for h in self.view.graph.successors(switch)
+                            if self.view.is_host(h)})
+            msgs.extend(ofmsg.MeterMod("delete", port) for port in ports)
         for host, mbps in sorted(self.guarantees.items()):
             sw, port = self.view.host_switch(host)
             if sw != switch:
                 continue
-            msgs.append(ofmsg.MeterMod("delete", port))
             rate = int(mbps * 1000)
             msgs.append(ofmsg.MeterMod("add", port, rate, self.burst_kbit or default_burst_kbit(rate)))
             for prio, fields, actions in (

@@ -115,8 +115,14 @@ def test_reconnecting_switch_gets_its_long_flow_entries_back():
     key = (view.ip("h1"), view.ip("h16"), 6, 1000, 80)
     path = logic.installed[key].path
     agg = path[2]
+    net.restart(agg)                                   # back with empty tables
     net.apply(agg, logic.switch_connected(agg))
+    assert net.errors() == {}
     assert net.trace("h1", net.packet("h1", "h16", sport=1000)).path == path[1:-1]
+    # every long flow through it has its exact entry there again, not only the traced one
+    through = [k for k, v in logic.installed.items() if agg in v.path]
+    exact = [e for e in net.switches[agg].flows(1) if e.priority == 1000]
+    assert len(through) >= 1 and len(exact) == len(through)
     state = logic.state()
     assert state["polling_period_s"] > 0 and len(state["installed"]) == len(PAIRS)
 

@@ -77,6 +77,35 @@ def test_tc_backend_plan_guarantees_bg_and_lets_wc_borrow():
         PortQueues.of("e0_0-eth3", 0, 1000)
 
 
+def test_a_reconnect_with_new_guarantees_leaves_no_stale_meter_or_entry():
+    """The controller restarts with s4's guarantee gone while the switch
+    kept its tables: s4's meter and metered entries must go (the wipe), s1's
+    stay, nothing duplicated; and a restarted (empty) switch gets it all."""
+    view = NetworkView(builders.bgwc_testbed(link_mbps=100))
+    routing = DestinationRouting(view, multipath=False)
+    before = PrioQueuesLogic(view, {"s1": 35, "s4": 10})
+    after = PrioQueuesLogic(view, {"s1": 35})
+    fake = FakeNetwork(view)
+    sl = "sl"
+    for sw in view.switches:
+        fake.apply(sw, routing.switch_connected(sw))
+        fake.apply(sw, before.switch_connected(sw))
+    port_s4 = view.host_switch("s4")[1]
+    assert port_s4 in fake.switches[sl].meters
+    fake.apply(sl, after.switch_connected(sl))               # tables kept: a controller reconnect
+    assert fake.errors() == {}
+    sw = fake.switches[sl]
+    assert port_s4 not in sw.meters and all(e.match.as_dict().get("in_port") != port_s4
+                                            for e in sw.flows(0))
+    bg = fake.trace("s4", fake.packet("s4", "s5", dscp=DSCP_BG))
+    assert bg.hops[0].meters == ()
+    fake.restart(sl)                                          # a switch restart: empty tables
+    fake.apply(sl, routing.switch_connected(sl))
+    fake.apply(sl, after.switch_connected(sl))
+    s1 = fake.trace("s1", fake.packet("s1", "s5", dscp=DSCP_BG))
+    assert s1.delivered_to == "s5" and s1.hops[0].meters == (view.host_switch("s1")[1],)
+
+
 def test_tor_meters_cap_bg_from_hosts_with_a_guarantee():
     view = NetworkView(builders.bgwc_testbed(link_mbps=100))
     prio = PrioQueuesLogic(view, {"s1": 35, "s4": 10})
