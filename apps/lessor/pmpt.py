@@ -64,6 +64,11 @@ from apps.lessor.paths import PathDictionary
 from apps.lessor.placement import place
 
 DEFAULT_EPSILON = 0.05
+# A ToR pair whose long flows add up to less than this (bits/s) has nothing
+# to place; tinier demands would only overflow the scaling (a subnormal
+# demand made the cut bound infinite).
+MIN_DEMAND_BPS = 1.0
+MAX_DEMAND_BPS = 1e15   # 1 Pb/s: a larger demand is a unit mistake, and sums of such overflow
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,7 @@ def _groups(flows: Iterable[LongFlow], paths: PathDictionary) -> tuple[list[_Gro
         if len(nodes) == 0:
             unroutable.extend(f.key for f in fl)
             continue
-        if demand <= 0:
+        if demand < MIN_DEMAND_BPS:
             continue
         groups.append(_Group(key, fl, demand, nodes, idx, cap[idx].min(axis=1),
                              np.zeros(len(nodes))))
@@ -189,8 +194,8 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
             raise ValueError(f"flow {f.key!r}: duplicate flow key")
         seen.add(f.key)
         if isinstance(f.demand, bool) or not isinstance(f.demand, (int, float)) or not \
-                (math.isfinite(f.demand) and f.demand >= 0):
-            raise ValueError(f"flow {f.key!r}: demand {f.demand!r} must be a finite number >= 0")
+                (math.isfinite(f.demand) and 0 <= f.demand <= MAX_DEMAND_BPS):
+            raise ValueError(f"flow {f.key!r}: demand {f.demand!r} must be a finite number in [0, {MAX_DEMAND_BPS:g}]")
         if f.remaining_bytes is not None and not (isinstance(f.remaining_bytes, (int, float))
                                                   and math.isfinite(f.remaining_bytes)
                                                   and f.remaining_bytes >= 0):

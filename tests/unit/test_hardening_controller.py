@@ -15,7 +15,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from apps.lessor.app import LessorApp, echo_rtt, load_settings
 from apps.lessor.paths import PathDictionary
-from apps.lessor.pmpt import LongFlow, pmpt
+from apps.lessor.pmpt import MAX_DEMAND_BPS, MIN_DEMAND_BPS, LongFlow, pmpt
 from controller.loops import LoopGuard
 from controller.network_view import NetworkView
 from mininet_topos import builders
@@ -119,7 +119,8 @@ def test_pmpt_refuses_epsilon_outside_its_range(eps):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7),
-                          st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**10))),
+                          st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**10),
+                                    st.floats(1e300, 1.7e308))),
                 min_size=1, max_size=8))
 def test_pmpt_inputs_give_a_placement_or_a_named_error(raw):
     """Property: any demands -> either every flow with a positive demand
@@ -133,14 +134,14 @@ def test_pmpt_inputs_give_a_placement_or_a_named_error(raw):
         alloc = pmpt(flows, pd)
     except ValueError as exc:
         assert str(exc).startswith("flow ")
-        assert any(not (isinstance(f.demand, (int, float)) and math.isfinite(f.demand) and f.demand >= 0)
-                   for f in flows)
+        assert any(not (isinstance(f.demand, (int, float)) and math.isfinite(f.demand)
+                        and 0 <= f.demand <= MAX_DEMAND_BPS) for f in flows)
         return
     grouped = {}
     for f in flows:
         grouped[(f.src_tor, f.dst_tor)] = grouped.get((f.src_tor, f.dst_tor), 0) + f.demand
     assert set(alloc.flow_path) == {f.key for f in flows
-                                    if f.src_tor == f.dst_tor or grouped[(f.src_tor, f.dst_tor)] > 0}
+                                    if f.src_tor == f.dst_tor or grouped[(f.src_tor, f.dst_tor)] >= MIN_DEMAND_BPS}
     assert all(r >= 0 and math.isfinite(r) for r in alloc.flow_rate.values())
 
 
@@ -354,3 +355,19 @@ def test_fabric_limited_flows_are_still_moved_apart():
     links_a = set(view.path_links(logic.installed[ka].path[1:-1]))
     links_b = set(view.path_links(logic.installed[kb].path[1:-1]))
     assert not (links_a & links_b) - {l for l in links_a if l[0].startswith("e") or l[1].startswith("e")}
+
+
+def test_an_absurd_counter_jump_does_not_become_an_absurd_demand():
+    """A trusted flow whose counter leaps to 2^64-1 (a switch reporting
+    garbage): it counts as an elephant, whose demand is its NIC share
+    (Hedera's estimate), never the absurd rate -- which PMPT would refuse,
+    stalling every allocation while the flow lives."""
+    view, logic, net = _fabric()
+    key_match = dict(eth_type=0x800, ip_proto=6, in_port=view.host_switch("h1")[1], ipv4_src=view.ip("h1"),
+                     ipv4_dst=view.ip("h16"), tcp_src=1000, tcp_dst=80)
+    for t, count in ((0.0, 0), (1.0, 500_000), (2.0, 2**64 - 1), (3.0, 2**64 - 1)):
+        logic.flow_stats("e0_0", [(key_match, count)], t)
+    flows = logic.long_flows()
+    assert flows and all(f.demand <= 10e6 for f in flows)
+    alloc = logic.allocate(flows)
+    assert set(alloc.flow_path) == {f.key for f in flows}
