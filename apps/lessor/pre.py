@@ -31,6 +31,7 @@ from controller.network_view import NetworkView
 from controller.validate import finite_number
 
 LONG_FLOW_BYTES = 100_000
+MAX_RTT_S = 3600.0   # a controller-switch RTT beyond an hour is no measurement (and sums of such overflow)
 RECHECK_BAND = 0.10
 
 
@@ -80,8 +81,8 @@ class AdaptivePolling:
         return self._rtt_sum / self._rtt_n if self._rtt_n else None
 
     def record_rtt(self, rtt_s: float) -> None:
-        if not finite_number(rtt_s) or rtt_s < 0:
-            raise ValueError(f"rtt {rtt_s!r}: must be a finite number of seconds >= 0")
+        if not finite_number(rtt_s) or not 0 <= rtt_s <= MAX_RTT_S:
+            raise ValueError(f"rtt {rtt_s!r}: must be a number of seconds in [0, {MAX_RTT_S:g}]")
         self._rtt_sum += rtt_s
         self._rtt_n += 1
 
@@ -90,8 +91,8 @@ class AdaptivePolling:
         a finite number >= 0 or an RTT that is not finite and >= 0."""
         if not finite_number(cpu) or cpu < 0:
             raise ValueError(f"cpu {cpu!r}: must be a finite utilisation >= 0")
-        if rtt_s is not None and (not finite_number(rtt_s) or rtt_s < 0):
-            raise ValueError(f"rtt {rtt_s!r}: must be a finite number of seconds >= 0")
+        if rtt_s is not None and (not finite_number(rtt_s) or not 0 <= rtt_s <= MAX_RTT_S):
+            raise ValueError(f"rtt {rtt_s!r}: must be a number of seconds in [0, {MAX_RTT_S:g}]")
         c = self.config
         if cpu < c.lower:
             self.period_s /= 2
