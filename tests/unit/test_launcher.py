@@ -100,3 +100,43 @@ def test_openflow_over_tls_needs_a_switch_certificate_signed_by_the_ca(tmp_path)
 def test_tls_options_are_checked_before_starting(tls, message):
     with pytest.raises(ValueError, match=message):
         launcher.check_tls(tls)
+
+
+def test_an_experiment_whose_controller_dies_fails_loudly(tmp_path, monkeypatch, capsys):
+    """The registry's verdict when a controller is SIGKILLed mid-run: FAILED
+    printed, exit 1, while what the experiment measured is still returned
+    (the landed code printed a normal result and exited 0)."""
+    import os
+    import signal
+    import time
+    import types
+
+    from experiments import registry
+    from experiments.controller_proc import ControllerProcess
+
+    topo = tmp_path / "t.json"
+    builders.star(2).save(topo)
+    measured = {}
+
+    def run(cfg, out_dir):
+        with ControllerProcess(topo, ["ecmp"], 16999, tmp_path / "ctl.log") as ctl:
+            time.sleep(1.0)
+            os.kill(ctl.proc.pid, signal.SIGKILL)
+            time.sleep(0.5)
+            measured["alive"] = ctl.alive()
+        measured["died"] = ctl.died
+
+    from dataclasses import dataclass
+
+    @dataclass
+    class Config:
+        def check(self):
+            pass
+
+    fake = types.SimpleNamespace(Config=Config, run=run)
+    monkeypatch.setitem(registry.EXPERIMENTS, "probe", (fake, {}, "a controller that dies"))
+    monkeypatch.setattr(os, "geteuid", lambda: 0)      # the registry's root check, not what is tested
+    assert registry.run("probe", [], tmp_path) == 1
+    err = capsys.readouterr().err
+    assert "FAILED" in err and "exited with -9" in err
+    assert measured["alive"] is False and "exited with -9" in measured["died"]
