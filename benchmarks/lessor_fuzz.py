@@ -68,15 +68,20 @@ def _port(no: int, up: bool):
     return parser.OFPPort(no, "00:00:00:00:00:01", f"p{no}", 0, state, 0, 0, 0, 0, 0, 0)
 
 
+def _set_env(values: dict[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 class Harness:
     def __init__(self, seed: int, workdir: Path):
         from apps.lessor.app import LessorApp
 
         topo = builders.fattree(4, link_mbps=10)
         topo.save(workdir / "topo.json")
-        os.environ["BWFABRIC_TOPOLOGY"] = str(workdir / "topo.json")
-        os.environ["BWFABRIC_LESSOR"] = json.dumps({"min_s": 0.2, "initial_s": 0.5, "max_s": 1.0})
-        os.environ.pop("BWFABRIC_STATE_FILE", None)
         harness = self
 
         class FuzzedLessor(LessorApp):
@@ -86,7 +91,17 @@ class Harness:
                     harness.deliver(switch, msgs)
 
         self.rng = random.Random(seed)
-        self.app = FuzzedLessor()
+        # the app reads its environment once, when it is made: set it for that
+        # moment only (a test process goes on with its own)
+        env = {"BWFABRIC_TOPOLOGY": str(workdir / "topo.json"),
+               "BWFABRIC_LESSOR": json.dumps({"min_s": 0.2, "initial_s": 0.5, "max_s": 1.0}),
+               "BWFABRIC_STATE_FILE": None}
+        saved = {k: os.environ.get(k) for k in env}
+        try:
+            _set_env(env)
+            self.app = FuzzedLessor()
+        finally:
+            _set_env(saved)
         self.view = self.app.view
         self.net = FakeNetwork(self.view)
         self.net_lock = threading.Lock()
