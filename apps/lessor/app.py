@@ -65,7 +65,7 @@ class LessorApp(ForwardingApp):
         super().__init__(*args, **kwargs)
         polling, epsilon = load_settings(os.environ.get(SETTINGS_ENV))
         self.lessor = self.logic = self.LOGIC(self.view, polling, epsilon)
-        self.logger.info("PMPT kernels ready in %.2f s", warm_up())
+        self.logger.info("PMPT kernels ready in %.2f s", warm_up(self.lessor.paths))
         self.state_file = os.environ.get(STATE_ENV)
         self.process = psutil.Process()
         self.process.cpu_percent(None)  # after the warm-up: Algorithm 1 must not see the compilation

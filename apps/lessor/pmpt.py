@@ -285,16 +285,19 @@ def mrtf_key(f: LongFlow) -> tuple:
     return (f.remaining_time, -f.demand, str(f.key))
 
 
-def warm_up() -> float:
-    """Compile (or load from numba's cache) the kernels on a tiny instance, so
-    the first real allocation is not delayed by compilation. Returns seconds."""
-    from controller.network_view import NetworkView
-    from mininet_topos.builders import fattree
-
+def warm_up(paths: PathDictionary) -> float:
+    """Compile (or load from numba's cache) the kernels on the fabric the
+    controller runs, with a few synthetic flows between its edge switches,
+    so that the first real allocation is not delayed by compilation.
+    Returns seconds. (Uses the controller's own view: production code never
+    imports the emulation package.)"""
+    view = paths.view
     t0 = time.perf_counter()
-    view = NetworkView(fattree(4))
-    pd = PathDictionary(view)
-    flows = [LongFlow(i, f"e0_{i % 2}", f"e{1 + i % 3}_{i % 2}", 1e6 * (1 + i % 3)) for i in range(6)]
-    pmpt(flows, pd)
-    pmpt([LongFlow(0, "e0_0", "e1_0", 10e6), LongFlow(1, "e0_0", "e1_1", 10e6)], pd)
+    edges = [sw for sw in view.switches if view.graph.nodes[sw]["role"] == "edge"]
+    pairs = [(a, b) for a in edges for b in edges if a != b and len(paths.paths(a, b)[0]) > 0][:6]
+    if not pairs:
+        return time.perf_counter() - t0
+    pmpt([LongFlow(i, a, b, 1e6 * (1 + i % 3)) for i, (a, b) in enumerate(pairs)], paths)
+    a, b = pairs[0]
+    pmpt([LongFlow(0, a, b, 10e6), LongFlow(1, a, b, 10e6)], paths)   # equal demands: the colouring path
     return time.perf_counter() - t0

@@ -51,3 +51,17 @@ def test_event_handlers_are_thin():
                     assert len(body) <= 6, f"{cls.__name__}.{name} has {len(body)} lines"
                     checked += 1
     assert checked >= 7  # ForwardingApp: 4 handlers; lessor: 3 of its own
+
+
+def test_production_code_never_imports_the_emulation_packages():
+    """The controller, the apps and the host agent run on real controller
+    nodes and hosts: nothing of theirs may import the emulation side
+    (mininet_topos, experiments) -- PMPT's warm-up used to build a Mininet
+    fat-tree."""
+    offenders = []
+    for pkg in ("controller", "apps", "hostagent"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            bad = [m for m in _imports(path) if m.split(".")[0] in ("mininet_topos", "experiments", "mininet")]
+            if bad:
+                offenders.append(f"{path.relative_to(ROOT).as_posix()}: {bad}")
+    assert offenders == []
