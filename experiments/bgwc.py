@@ -37,6 +37,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG
 from experiments import ktrace, ovs
 from experiments import results as R
 from experiments.agents import Agents, BpfLoaded
@@ -153,8 +154,8 @@ def _meter_rules(topo) -> str:
     rules = []
     for snd in SENDERS:
         ip = topo.host(snd).ip
-        rules += [f'ip saddr {ip} meta l4proto tcp ip dscp cs0 counter comment "bg-{snd}"',
-                  f'ip saddr {ip} meta l4proto tcp ip dscp cs1 counter comment "wc-{snd}"',
+        rules += [f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_BG} counter comment "bg-{snd}"',
+                  f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_WC} counter comment "wc-{snd}"',
                   f'ip saddr {ip} meta l4proto udp counter comment "udp-{snd}"']
     body = "\n    ".join(rules)
     return ("table ip bwfmeter {\n  chain in {\n    type filter hook input priority filter; policy accept;\n    "
@@ -684,7 +685,7 @@ def _adversarial(fab: Fabric, agents: Agents, cfg: Config) -> dict:
             traffic.bulk(s, ATTACK_LEAD_S + cfg.duration)
         time.sleep(ATTACK_LEAD_S)
         # s4: UDP at the whole link rate, first marked BG (ToS 0x00), then EF (0xb8)
-        traffic.udp("s4", cfg.link_mbps, third, tos=0x00)
+        traffic.udp("s4", cfg.link_mbps, third, tos=TOS_BG)
         time.sleep(third)
         traffic.udp("s4", cfg.link_mbps, third, tos=0xB8)
         time.sleep(third)

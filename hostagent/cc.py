@@ -81,12 +81,15 @@ def build() -> dict[str, Path]:
     vmlinux = BUILD / "vmlinux.h"
     if not vmlinux.exists():
         vmlinux.write_text(_run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"]))
+    from controller import contract
+    defines = [f"-DTOS_WC={contract.TOS_WC:#x}", f"-DTOS_MASK={contract.TOS_MASK:#x}"]
+    newest_input = Path(contract.__file__).stat().st_mtime
     out = {}
     for name in ("bwf_wc", "bwf_sockops", "bwf_aqm"):
         src, obj = SRC / f"{name}.bpf.c", BUILD / f"{name}.bpf.o"
-        if not obj.exists() or obj.stat().st_mtime < src.stat().st_mtime:
-            _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", "-c", str(src),
-                  "-o", str(obj)])
+        if not obj.exists() or obj.stat().st_mtime < max(src.stat().st_mtime, newest_input):
+            _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *defines, f"-I{BUILD}", "-c",
+                  str(src), "-o", str(obj)])
         out[name] = obj
     return out
 

@@ -28,14 +28,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG, TOS_MASK, TOS_WC  # noqa: F401 (re-exported)
 from controller.validate import finite_number
 from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
                               receive_buffer_bytes)
 
 NFT_TABLE = "bwfabric"
-CT_MARK_WC = 0x20
+CT_MARK_WC = 0x20                 # conntrack mark of WC join subflows (any value would do)
 MPTCP_ADD_ADDR = 3                # MPTCP option subtype
-TOS_BG, TOS_WC = 0x00, 0x20
 TC_HANDLE = "1:"
 CLASS_ROOT, CLASS_BG, CLASS_WC = "1:1", "1:10", "1:20"
 PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + slot> per destination
@@ -348,8 +348,8 @@ def nft_plan(cfg: HostConfig) -> NftTable:
         "  chain out {",
         "    type route hook output priority mangle; policy accept;",
         f"    {join}",
-        f"    ct mark {CT_MARK_WC:#x} ip dscp set cs1",
-        f"    ct mark != {CT_MARK_WC:#x} ip dscp set cs0",
+        f"    ct mark {CT_MARK_WC:#x} ip dscp set {NFT_DSCP_WC}",
+        f"    ct mark != {CT_MARK_WC:#x} ip dscp set {NFT_DSCP_BG}",
         "  }",
         "}",
     ])
@@ -406,7 +406,7 @@ def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None) -> list[TcQdis
         TcClass(dev, CLASS_WC, CLASS_ROOT, wc_rate, nic, 1),
         _leaf(dev, CLASS_WC, nic),
     ]
-    bg_mask = (TOS_BG, 0xFC)
+    bg_mask = (TOS_BG, TOS_MASK)
     if cfg.pair_limits_mbps:
         slot_of = pair_slots(cfg.pair_limits_mbps, slots)
         for dst, mbps in sorted(cfg.pair_limits_mbps.items(), key=lambda kv: slot_of[kv[0]]):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from apps.prio_queues.logic import QUEUE_BG, QUEUE_WC, TOS_WC
+from controller.contract import QUEUE_BG, QUEUE_WC, TOS_MASK, TOS_WC
 from hostagent import plan as P
 
 WC_FLOOR_FRACTION = 0.01   # WC's guaranteed share of a port (HTB needs some rate)
@@ -62,7 +62,7 @@ def tc_plan(q: PortQueues) -> list:
         P.TcLeaf(q.port, P.CLASS_BG, "1010:", q.queue_bytes),
         P.TcClass(q.port, P.CLASS_WC, P.CLASS_ROOT, q.wc_floor_bps, q.rate_bps, 1),
         P.TcLeaf(q.port, P.CLASS_WC, "1020:", q.queue_bytes),
-        P.TcFilter(q.port, 1, (TOS_WC, 0xFC), P.CLASS_WC),
+        P.TcFilter(q.port, 1, (TOS_WC, TOS_MASK), P.CLASS_WC),
     ]
 
 

@@ -38,16 +38,11 @@ port's egress instead. Both back-ends use the queue numbers below.
 from __future__ import annotations
 
 from controller import ofmsg
+from controller.contract import DSCP_BG, DSCP_WC, QUEUE_BG, QUEUE_WC, TOS_BG, TOS_WC  # noqa: F401 (re-exported)
 from controller.network_view import NetworkView
 from controller.validate import finite_number
 from controller.pipeline import APP_PRIO_QUEUES, PRIO_CLASSIFY, TABLE_CLASSIFY, TABLE_FORWARD, cookie, wipe_app
 
-TOS_BG = 0x00
-TOS_WC = 0x20
-DSCP_BG = TOS_BG >> 2
-DSCP_WC = TOS_WC >> 2
-QUEUE_BG = 0  # also where unclassified (non-IP) packets go
-QUEUE_WC = 1
 PRIO_UDP = PRIO_CLASSIFY + 203
 PRIO_KNOWN = PRIO_CLASSIFY + 202
 PRIO_REWRITE = PRIO_CLASSIFY + 201

@@ -32,7 +32,10 @@ char _license[] SEC("license") = "GPL";
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
 #define ETH_P_IP 0x0800
-#define TOS_WC 0x20
+/* the BG/WC contract (controller/contract.py), passed by hostagent.cc.build */
+#if !defined(TOS_WC) || !defined(TOS_MASK)
+#error "build with -DTOS_WC=... -DTOS_MASK=... (hostagent.cc.build does)"
+#endif
 #define PPM 1000000ULL
 #define MAX_GAP_NS 100000000ULL	/* drain at most 100 ms at once */
 
@@ -87,7 +90,7 @@ int bwf_aqm(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if ((void *)(eth + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP)) {
 		ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) <= data_end && (ip->tos & 0xfc) == TOS_WC) {
+		if ((void *)(ip + 1) <= data_end && (ip->tos & TOS_MASK) == TOS_WC) {
 			wc = 1;
 			ect = (ip->tos & 3) != 0;
 		}
