@@ -68,12 +68,8 @@ def load_secret(path: str | Path, private: bool = False) -> bytes:
             raise ChannelError(f"{path}: mode {mode & 0o777:o} lets others read or change the key; "
                                f"chmod 600 {path}")
     try:
-        text = path.read_bytes().decode("ascii").strip()
-    except UnicodeDecodeError:
-        raise ChannelError(f"{path}: not a hex key") from None
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
+        key = bytes.fromhex(path.read_bytes().decode("ascii").strip())
+    except ValueError:  # UnicodeDecodeError is a ValueError too
         raise ChannelError(f"{path}: not a hex key") from None
     if len(key) < 16:
         raise ChannelError(f"{path}: key too short ({len(key)} bytes, need >= 16)")

@@ -233,7 +233,8 @@ class LessorLogic:
         only reproduce it. Saves the controller's CPU between changes."""
         if not flows:
             return False
-        if all(f.key in self.installed for f in flows) and self.host_limited(flows) >= {f.key for f in flows}:
+        free = self.host_limited(flows)
+        if all(f.key in self.installed for f in flows) and free >= {f.key for f in flows}:
             return False
         last = self._last_input
         if last is None or last[0] != self.view.version:
@@ -244,7 +245,6 @@ class LessorLogic:
         if any(abs(f.demand - demands[f.key]) > DEMAND_BAND * demands[f.key] for f in flows):
             return True
         # a flow the fabric holds below its demand (on a busy link): another placement may help
-        free = self.host_limited(flows)
         for f in flows:
             st = self.table.flows.get(f.key)
             if f.key not in free and st is not None and st.predicted is not None \

@@ -23,10 +23,6 @@ from tests.unit.test_apps_smoke import Msg, RecordingDatapath
 from tests.unit.test_lessor_fakenet import PAIRS, _poll, _send, _setup
 
 
-def _fabric():
-    return _setup()
-
-
 def _spoofed(net, src, fake_ip, dst, packets, sport=3000):
     for _ in range(packets):
         pkt = net.packet(src, dst, sport=sport, length=9000)
@@ -36,7 +32,7 @@ def _spoofed(net, src, fake_ip, dst, packets, sport=3000):
 
 @pytest.mark.parametrize("fake_ip", ["10.99.0.1", "10.0.0.5"])   # outside the fabric / another host's
 def test_a_spoofed_source_is_not_trusted_and_allocation_goes_on(fake_ip):
-    view, logic, net = _fabric()
+    view, logic, net = _setup()
     _poll(logic, net, 0.0)
     for t in (1.0, 2.0):
         _send(net, PAIRS[:2], packets=20)
@@ -52,7 +48,7 @@ def test_a_spoofed_source_is_not_trusted_and_allocation_goes_on(fake_ip):
 
 
 def test_a_tor_cut_off_leaves_its_flows_unroutable_and_the_others_placed():
-    view, logic, net = _fabric()
+    view, logic, net = _setup()
     _poll(logic, net, 0.0)
     for t in (1.0, 2.0):
         _send(net, PAIRS, packets=20)
@@ -297,7 +293,7 @@ def test_many_to_one_long_flows_are_never_moved():
     allocations of this very stream; now nothing moves and PMPT stops
     running once every flow is placed."""
     import random
-    view, logic, net = _fabric()
+    view, logic, net = _setup()
     _poll(logic, net, 0.0)
     senders = [(f"h{i}", "h16", 1000) for i in range(1, 13)]
     moves = _rounds(logic, net, senders, lambda s: 10 / 12, 39, random.Random(1))
@@ -315,7 +311,7 @@ def test_many_to_one_stays_put_even_when_one_fabric_link_carries_it_all():
     lessor-many2one); nothing may move."""
     import random
     from apps.lessor.logic import Installed
-    view, logic, net = _fabric()
+    view, logic, net = _setup()
     _poll(logic, net, 0.0)
     senders = [(f"h{i}", "h16", 1000) for i in range(1, 13)]
     _rounds(logic, net, senders, lambda s: 10 / 12, 3, random.Random(4))
@@ -338,7 +334,7 @@ def test_fabric_limited_flows_are_still_moved_apart():
     half): the fabric limits them, so the next allocation separates them."""
     import random
     from apps.lessor.logic import Installed
-    view, logic, net = _fabric()
+    view, logic, net = _setup()
     _poll(logic, net, 0.0)
     pair = [("h1", "h16", 1000), ("h2", "h15", 1000)]
     _rounds(logic, net, pair, lambda s: 9.0, 2, random.Random(2))
@@ -362,7 +358,7 @@ def test_an_absurd_counter_jump_does_not_become_an_absurd_demand():
     garbage): it counts as an elephant, whose demand is its NIC share
     (Hedera's estimate), never the absurd rate -- which PMPT would refuse,
     stalling every allocation while the flow lives."""
-    view, logic, net = _fabric()
+    view, logic, net = _setup()
     key_match = dict(eth_type=0x800, ip_proto=6, in_port=view.host_switch("h1")[1], ipv4_src=view.ip("h1"),
                      ipv4_dst=view.ip("h16"), tcp_src=1000, tcp_dst=80)
     for t, count in ((0.0, 0), (1.0, 500_000), (2.0, 2**64 - 1), (3.0, 2**64 - 1)):
