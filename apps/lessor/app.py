@@ -125,8 +125,7 @@ class LessorApp(ForwardingApp):
             else:
                 self.decide_at = None
                 next_poll = time.monotonic() + self.guard.backoff("poll", max(1.0, self.lessor.polling.period_s))
-            with self.lock:
-                self.guard.run("state", self._write_state)
+            self.guard.run("state", self._write_state)
 
     def _poll_round(self) -> float:
         """One poll, its decision and the allocation; returns the next poll's time."""
@@ -175,12 +174,15 @@ class LessorApp(ForwardingApp):
             self.send(sw, msgs)
 
     def _write_state(self):
+        """The state is read under the lock; the file is written after it
+        (handlers never wait for the disk)."""
         if not self.state_file:
             return
-        state = self.lessor.state()
-        state.update(packet_ins=self.packet_ins, cpu_log=self.cpu_log[-500:], t0_wall=self.t0_wall,
-                     switches=sorted(self.datapaths), polls=self.polls, loops=self.guard.as_dict(),
-                     refused=dict(sorted(self.refused.items())))
+        with self.lock:
+            state = self.lessor.state()
+            state.update(packet_ins=self.packet_ins, cpu_log=self.cpu_log[-500:], t0_wall=self.t0_wall,
+                         switches=sorted(self.datapaths), polls=self.polls, loops=self.guard.as_dict(),
+                         refused=dict(sorted(self.refused.items())))
         tmp = Path(self.state_file + ".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
