@@ -52,25 +52,49 @@ def cmd_topology(args) -> int:
 
 
 def cmd_check_config(args) -> int:
+    """Configuration files (YAML, with admission control) and topology
+    descriptions (*.json): every problem with its path; exit 1 if any."""
     from controller.topology import TopologyDescription, TopologyError
-    from mininet_topos import builders
     status = 0
-    targets = list(args.files)
-    if args.builtin or not targets:
+    if args.builtin:
+        from mininet_topos import builders
         for kind in builders.BUILDERS:
             topo = builders.build(kind)
             TopologyDescription.from_dict(json.loads(json.dumps(topo.to_dict())))
             print(f"ok: built-in {kind} ({len(topo.switches)} switches, {len(topo.hosts)} hosts)")
-    for path in targets:
-        try:
-            topo = TopologyDescription.load(path)
-        except TopologyError as exc:
-            print(f"{path}: {exc}", file=sys.stderr)
-            status = 1
+    elif not args.files:
+        print("bwfabric check-config: name one or more files (or --builtin)", file=sys.stderr)
+        return 2
+    for path in args.files:
+        if path.endswith(".json"):
+            try:
+                topo = TopologyDescription.load(path)
+            except TopologyError as exc:
+                print("\n".join(f"{path}: {p}" for p in exc.problems), file=sys.stderr)
+                status = 1
+                continue
+            print(f"ok: {path} ({len(topo.switches)} switches, {len(topo.hosts)} hosts, "
+                  f"{len(topo.links)} links)")
             continue
-        print(f"ok: {path} ({len(topo.switches)} switches, {len(topo.hosts)} hosts, "
-              f"{len(topo.links)} links)")
+        status = max(status, _check_config_file(path))
     return status
+
+
+def _check_config_file(path: str) -> int:
+    from controller import admission, config
+    try:
+        loaded = config.load(path)
+    except config.ConfigError as exc:
+        print("\n".join(p if p.startswith(path) else f"{path}: {p}" for p in exc.problems), file=sys.stderr)
+        return 1
+    guarantees = {h: vm.guarantee_mbps for h, (_, _, vm) in loaded.vms().items()}
+    rows = admission.headroom(loaded.topology, guarantees, loaded.cfg.admission.mu)
+    tight = max(rows, key=lambda r: r["crossing_mbps"] / r["limit_mbps"]) if rows else None
+    print(f"ok: {path} (config {loaded.digest}: {len(loaded.topology.switches)} switches, "
+          f"{len(loaded.topology.hosts)} hosts, {len(loaded.cfg.tenants)} tenants, {len(guarantees)} VMs; "
+          f"{len(rows)} cuts admitted" + (f", tightest {tight['cut']} at {tight['crossing_mbps']:g} of "
+                                          f"{tight['limit_mbps']:g} Mb/s" if tight else "") + ")")
+    return 0
 
 
 def cmd_agent(args) -> int:
@@ -132,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("-o", "--output", default="-")
     t.set_defaults(func=cmd_topology)
 
-    k = sub.add_parser("check-config", help="validate topology descriptions without starting anything")
+    k = sub.add_parser("check-config", help="check configurations (YAML, with admission control) and topology "
+                       "descriptions (.json) without starting anything")
     k.add_argument("files", nargs="*")
     k.add_argument("--builtin", action="store_true", help="also check the built-in topologies")
     k.set_defaults(func=cmd_check_config)

@@ -1,0 +1,561 @@
+"""bwfabric's one declared configuration: schema, loading and checks.
+
+One YAML file declares the fabric (the topology description, by path or
+inline), the controller (OpenFlow listener, routing app, app settings), the
+host agents, the tenants with their VMs (host, hose guarantee, weight), the
+admission parameter mu and the API/metrics listener. Types, ranges and
+defaults are declared once here (pydantic); :func:`reference_markdown`
+turns the same declaration into ``docs/config.md``.
+
+Loading runs in three stages and collects every problem with its path
+(``tenants.blue.vms.vm3.guarantee_mbps: must be greater than 0``):
+
+1. the file: UTF-8, at most 1 MiB, YAML without anchors/aliases or
+   duplicate keys;
+2. the schema: unknown keys, types, ranges, NaN/Infinity;
+3. meaning: hosts named by VMs and agents exist in the topology, one VM per
+   host, and admission control (:mod:`controller.admission`).
+
+The API's accepted changes live in a file of their own (``api.state_file``,
+written by the controller only): its tenants are laid over the operator's
+(``null`` deletes one), so the operator's YAML is never rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# the defaults are the algorithms' own (literals here would drift from them)
+from apps.lessor.pmpt import DEFAULT_EPSILON
+from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
+from controller.topology import TopologyDescription, TopologyError
+from hostagent.plan import MAX_NIC_MBPS
+from hostagent.policy import DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES
+
+MAX_CONFIG_BYTES = 1 << 20
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+ROUTING_APPS = ("single_path", "ecmp", "lessor", "hedera")
+
+
+class ConfigError(ValueError):
+    """A configuration is refused; ``problems`` lists every one, each with
+    its path in the file."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("invalid configuration:\n  " + "\n  ".join(self.problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=False,
+                              validate_default=True)
+
+
+# ---- controller -----------------------------------------------------------------------------
+class OpenFlowTls(_Strict):
+    key: str = Field(description="the controller's private key (mode 600)")
+    cert: str = Field(description="the controller's certificate")
+    ca: str = Field(description="CA certificate that signed the switches' certificates")
+
+
+class OpenFlow(_Strict):
+    listen: str = Field("127.0.0.1", description="address the OpenFlow listener binds")
+    port: int = Field(6653, ge=1, le=65535, description="OpenFlow TCP port")
+    tls: OpenFlowTls | None = Field(None, description="OpenFlow over TLS (all three files); absent: plain TCP")
+
+    @field_validator("listen")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        ipaddress.ip_address(v)
+        return v
+
+
+class Controller(_Strict):
+    openflow: OpenFlow = Field(default_factory=OpenFlow, description="the switches' side")
+    routing: Literal[ROUTING_APPS] = Field("ecmp", description="the routing app: single_path, ecmp, lessor "
+                                           "or hedera (exactly one)")
+    prio_queues: bool = Field(True, description="install BG/WC classification (and the ToR meters) beside "
+                              "the routing app")
+    state_file: str | None = Field(None, description="LESSOR: where to write its state (JSON) after every "
+                                   "polling decision")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="controller log level")
+
+
+class Polling(_Strict):
+    lower: float = Field(PollingConfig.lower, ge=0, le=1, description="Algorithm 1's lower CPU threshold LT")
+    upper: float = Field(PollingConfig.upper, ge=0, le=1, description="Algorithm 1's upper CPU threshold UT")
+    initial_s: float = Field(PollingConfig.initial_s, gt=0, description="first polling period (s)")
+    alpha: float = Field(PollingConfig.alpha, gt=0, lt=1, description="period step factor")
+    alpha_min: float = Field(PollingConfig.alpha_min, gt=0, lt=1, description="smallest step factor")
+    alpha_step: float = Field(PollingConfig.alpha_step, ge=0, lt=1, description="step factor change")
+    min_s: float = Field(PollingConfig.min_s, gt=0, description="shortest polling period (s)")
+    max_s: float = Field(PollingConfig.max_s, gt=0, le=3600, description="longest polling period (s)")
+    rtt_factor: float = Field(PollingConfig.rtt_factor, gt=0, le=100,
+                              description="an RTT this many times the average counts as a controller backlog")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Polling":
+        try:
+            self.polling_config().check()     # the ordering rules (lower < upper, min <= initial <= max, ...)
+        except ValueError as exc:
+            raise ValueError(str(exc).removeprefix("polling: ")) from None
+        return self
+
+    def polling_config(self) -> PollingConfig:
+        return PollingConfig(**self.model_dump())
+
+
+class Lessor(_Strict):
+    epsilon: float = Field(DEFAULT_EPSILON, gt=0, lt=0.5, description="PMPT's approximation parameter")
+    long_flow_bytes: int = Field(LONG_FLOW_BYTES, ge=1, le=10**12,
+                                 description="a flow that sent this many bytes in one period is long")
+    polling: Polling = Field(default_factory=Polling, description="PRE's CPU-adaptive polling (Algorithm 1)")
+
+
+class PrioQueues(_Strict):
+    meters: bool = Field(True, description="meter each VM's BG at its ToR at its guarantee (x meter_headroom)")
+    meter_headroom: float = Field(1.05, ge=1, le=2, description="ToR meters police BG at guarantee x this, "
+                                  "so a host's own HTB-shaped BG never meets them")
+    burst_kbit: int | None = Field(None, gt=0, lt=2**32, description="meter burst in kilobits (default: "
+                                   "50 ms at the guarantee, at least two GSO super-packets)")
+
+
+# ---- host agents ----------------------------------------------------------------------------
+class AgentTuning(_Strict):
+    """Per-host tuning: the host's own shape, not tenant policy."""
+    join_port_base: int = Field(10100, ge=1024, le=65000, description="first MPTCP join (signal) port")
+    beta: float = Field(DEFAULT_BETA, gt=0, le=100, description="Eq. 1's buffer factor")
+    rtt_hint_ms: float = Field(50.0, gt=0, le=10_000, description="Eq. 1's maxRTT until live subflows are "
+                               "measured (ms)")
+    rcvbuf_initial_kb: float = Field(3072.0, ge=4, le=65536, description="a connection's receive window when "
+                                     "it opens (KiB)")
+    stale_loss_cnt: int = Field(4, ge=1, le=100, description="net.mptcp.stale_loss_cnt")
+    rto_min_ms: float | None = Field(None, ge=1, le=1000, description="TCP's minimum RTO (kernels >= 6.11); "
+                                     "absent: the kernel's 200 ms")
+    ecn: bool = Field(True, description="ask for ECN on connections the host opens")
+    pace_bg: bool = Field(True, description="pace BG subflows at 1.05 x the guarantee (bwf_sockops)")
+    unit_mbps: float = Field(PAPER_UNIT_MBPS, gt=0, le=MAX_NIC_MBPS, description="U of the 'guarantee' "
+                             "fairness policy: A_l = B / U")
+
+
+_TUNING_FIELDS = tuple(AgentTuning.model_fields)
+
+
+class AgentHost(_Strict):
+    address: str = Field(description="the agent's channel: unix:/path or tcp:ADDR:PORT")
+    key_file: str | None = Field(None, description="this host's key file; absent: derived from the master "
+                                 "secret")
+    interface: str | None = Field(None, pattern=r"^[^/:\s]{1,15}$",
+                                  description="the interface the agent shapes (default <host>-eth0)")
+    tuning: dict[str, Any] = Field(default_factory=dict, description="overrides of agents.defaults for this "
+                                   "host")
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        from hostagent.transport import parse_address
+        parse_address(v)
+        return v
+
+    @field_validator("tuning")
+    @classmethod
+    def _tuning(cls, v: dict) -> dict:
+        AgentTuning(**v)         # same types and ranges as the defaults; unknown keys refused
+        return v
+
+
+class Agents(_Strict):
+    master_key_file: str | None = Field(None, description="the master secret (mode 600) hosts' keys derive "
+                                        "from (bwfabric agent-key)")
+    defaults: AgentTuning = Field(default_factory=AgentTuning, description="tuning for every host")
+    hosts: dict[Name, AgentHost] = Field(default_factory=dict, description="the agent of each host, by "
+                                         "topology host name")
+    address_template: str | None = Field(None, description="the agent address of every VM's host without an "
+                                         "entry in agents.hosts, with {host} replaced, e.g. "
+                                         "unix:/run/bwfabric/agents/{host}.sock")
+    @field_validator("address_template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is not None:
+            from hostagent.transport import parse_address
+            if "{host}" not in v:
+                raise ValueError("must contain {host}")
+            parse_address(v.replace("{host}", "h"))
+        return v
+
+    request_timeout_s: float = Field(5.0, gt=0, le=120, description="an agent's reply must come within this")
+    retry_s: float = Field(0.5, gt=0, le=60, description="first reconnect delay (doubling, at most 5 s)")
+
+
+# ---- tenants --------------------------------------------------------------------------------
+class Vm(_Strict):
+    host: Name = Field(description="the topology host the VM runs on (one VM per host)")
+    guarantee_mbps: float = Field(gt=0, le=MAX_NIC_MBPS, description="hose guarantee B, both directions")
+    weight: float = Field(1.0, gt=0, le=1e6, description="weight w (LRC's weighted max-min share)")
+    competition: float | None = Field(None, ge=0, le=1e6, description="A_l under policy 'explicit'")
+
+
+class Tenant(_Strict):
+    policy: Literal[POLICIES] = Field("guarantee", description="fair work conservation: A_l = B / U "
+                                      "('guarantee'), 1 ('equal'), or each VM's 'competition' ('explicit')")
+    wc_subflows: int = Field(1, ge=0, le=8, description="WC (MP_JOIN) subflows per connection")
+    vms: dict[Name, Vm] = Field(default_factory=dict, description="the tenant's VMs by name")
+
+    @model_validator(mode="after")
+    def _explicit(self) -> "Tenant":
+        if self.policy == "explicit":
+            missing = [n for n, vm in self.vms.items() if vm.competition is None]
+            if missing:
+                raise ValueError(f"policy 'explicit' needs a competition level on VM(s) {', '.join(missing)}")
+        return self
+
+
+class Admission(_Strict):
+    mu: float = Field(0.9, gt=0, le=1, description="guarantees crossing a cut may use at most mu x its "
+                      "capacity (the paper's muC: the highest TCP goodput measured on a link)")
+
+
+class Api(_Strict):
+    listen: str = Field("127.0.0.1:8080", description="ADDR:PORT of the REST API and /metrics")
+    token_file: str | None = Field(None, description="bearer token (mode 600); required for changes")
+    state_file: str | None = Field(None, description="where the API keeps accepted changes (the operator's "
+                                   "YAML is never rewritten)")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{v!r} must be ADDR:PORT")
+        ipaddress.ip_address(host.strip("[]"))
+        return v
+
+
+class Fabric(_Strict):
+    topology: str | dict[str, Any] = Field(description="the topology description: a JSON file (relative to "
+                                           "this file) or inline")
+
+
+class Config(_Strict):
+    version: Literal[1] = Field(1, description="schema version")
+    fabric: Fabric = Field(description="the switches, hosts and links")
+    controller: Controller = Field(default_factory=Controller, description="the controller process")
+    lessor: Lessor = Field(default_factory=Lessor, description="LESSOR's settings (routing: lessor)")
+    prio_queues: PrioQueues = Field(default_factory=PrioQueues, description="BG/WC classification settings")
+    agents: Agents = Field(default_factory=Agents, description="host agents the controller configures")
+    tenants: dict[Name, Tenant] = Field(default_factory=dict, description="tenants by name")
+    admission: Admission = Field(default_factory=Admission, description="admission control")
+    api: Api | None = Field(None, description="REST API and Prometheus /metrics; absent: none")
+
+
+# ---- the loaded configuration ------------------------------------------------------------------
+class Loaded:
+    """A checked configuration with its topology loaded and the API's
+    overlay applied. ``digest`` identifies the effective configuration."""
+
+    def __init__(self, cfg: Config, topology: TopologyDescription, path: Path | None,
+                 overlay: dict | None = None):
+        self.cfg = cfg
+        self.topology = topology
+        self.path = path
+        self.overlay = overlay or {}
+        self.digest = hashlib.sha256(json.dumps(
+            {"cfg": cfg.model_dump(mode="json"), "topology": topology.to_dict()},
+            sort_keys=True).encode()).hexdigest()[:16]
+
+    def tuning(self, host: str) -> AgentTuning:
+        entry = self.cfg.agents.hosts.get(host)
+        if entry is None or not entry.tuning:
+            return self.cfg.agents.defaults
+        return AgentTuning(**{**self.cfg.agents.defaults.model_dump(), **entry.tuning})
+
+    def vms(self) -> dict[str, tuple[str, str, Vm]]:
+        """host -> (tenant, vm name, vm)."""
+        return {vm.host: (t, n, vm) for t, tenant in self.cfg.tenants.items() for n, vm in tenant.vms.items()}
+
+
+# ---- YAML -------------------------------------------------------------------------------------
+class _Loader(yaml.SafeLoader):
+    """Safe YAML without aliases (an alias bomb expands on construction) and
+    without duplicate keys (YAML would keep the last one silently)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(None, None, "anchors and aliases are not accepted",
+                                                    event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(raw: bytes | str, where: str) -> Any:
+    if isinstance(raw, str):
+        raw = raw.encode()
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{where}: {len(raw)} bytes, more than {MAX_CONFIG_BYTES}"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{where}: not UTF-8 ({exc.reason} at byte {exc.start})"]) from None
+    try:
+        return yaml.load(text, Loader=_Loader)   # noqa: S506 - _Loader is a SafeLoader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError([f"{where}: {at}{getattr(exc, 'problem', None) or exc}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{where}: nested too deeply"]) from None
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc
+                    if not (isinstance(p, str) and (p.startswith(("function-", "literal[")) or p == "[key]")))
+
+
+def _message(err: dict) -> str:
+    msg = err["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    if err["type"] == "extra_forbidden":
+        return "unknown key"
+    if err["type"] == "missing":
+        return "required"
+    if err["type"] == "finite_number":
+        return "must be a finite number (NaN and Infinity are refused)"
+    if err["type"] == "string_pattern_mismatch" and err["ctx"].get("pattern") == NAME_PATTERN:
+        return "names are 1-32 letters, digits, '_', '.' or '-', starting with a letter or digit"
+    msg = re.sub(r"^Input should be ", "must be ", msg)
+    return msg[0].lower() + msg[1:] if msg else msg
+
+
+def schema_errors(exc: ValidationError, prefix: str = "") -> list[str]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = _loc(tuple(err["loc"]))
+        path = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+        out.append(f"{path or '(top level)'}: {_message(err)}")
+    return out
+
+
+def parse(data: Any) -> Config:
+    """Stage 2: the schema. Raises ConfigError naming every problem."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"(top level): must be a mapping, got {type(data).__name__}"])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(schema_errors(exc)) from None
+
+
+def _topology(cfg: Config, base: Path | None) -> TopologyDescription:
+    src = cfg.fabric.topology
+    try:
+        if isinstance(src, dict):
+            return TopologyDescription.from_dict(json.loads(json.dumps(src)))
+        path = Path(src)
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        return TopologyDescription.load(path)
+    except TopologyError as exc:
+        raise ConfigError([f"fabric.topology: {p}" for p in exc.problems]) from None
+
+
+def meaning_problems(cfg: Config, topo: TopologyDescription) -> list[str]:
+    """Stage 3 without admission control: every name must resolve."""
+    problems = []
+    hosts = {h.name for h in topo.hosts}
+    taken: dict[str, str] = {}
+    for t, tenant in cfg.tenants.items():
+        for n, vm in tenant.vms.items():
+            where = f"tenants.{t}.vms.{n}.host"
+            if vm.host not in hosts:
+                problems.append(f"{where}: {vm.host!r} is not a host of the topology")
+            elif vm.host in taken:
+                problems.append(f"{where}: host {vm.host} already carries {taken[vm.host]} (one VM per host: "
+                                "the agent shapes one interface and address)")
+            else:
+                taken[vm.host] = f"tenants.{t}.vms.{n}"
+    for h in cfg.agents.hosts:
+        if h not in hosts:
+            problems.append(f"agents.hosts.{h}: {h!r} is not a host of the topology")
+        elif h not in taken:
+            problems.append(f"agents.hosts.{h}: no VM runs on {h} (an agent shapes a VM's traffic)")
+    for h, entry in cfg.agents.hosts.items():
+        if entry.key_file is None and cfg.agents.master_key_file is None:
+            problems.append(f"agents.hosts.{h}.key_file: required when agents.master_key_file is absent")
+    if cfg.agents.address_template and cfg.agents.master_key_file is None:
+        problems.append("agents.master_key_file: required with agents.address_template (keys are derived)")
+    if cfg.tenants and not cfg.agents.address_template:
+        for h, where in sorted(taken.items()):
+            if h not in cfg.agents.hosts:
+                problems.append(f"{where}.host: host {h} has no agent (add agents.hosts.{h} or "
+                                "agents.address_template)")
+    if cfg.controller.state_file is not None and cfg.controller.routing != "lessor":
+        problems.append("controller.state_file: only LESSOR writes a state file (routing: lessor)")
+    return problems
+
+
+def check(cfg: Config, topo: TopologyDescription, path: Path | None = None, overlay: dict | None = None) -> Loaded:
+    """Stage 3: names resolve, then admission control."""
+    from controller import admission
+    problems = meaning_problems(cfg, topo)
+    if problems:
+        raise ConfigError(problems)
+    loaded = Loaded(cfg, topo, path, overlay)
+    rejected = admission.check(loaded)
+    if rejected:
+        raise ConfigError([f"admission: {r}" for r in rejected])
+    return loaded
+
+
+def apply_overlay(data: dict, overlay: dict | None) -> dict:
+    """The operator's mapping with the API's tenants laid over it (None deletes)."""
+    if not overlay:
+        return data
+    tenants = dict(data.get("tenants") or {})
+    for name, tenant in (overlay.get("tenants") or {}).items():
+        if tenant is None:
+            tenants.pop(name, None)
+        else:
+            tenants[name] = tenant
+    return {**data, "tenants": tenants}
+
+
+def read_overlay(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    data = parse_yaml(path.read_bytes(), str(path))
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or set(data) - {"tenants"} or not isinstance(data.get("tenants", {}), dict):
+        raise ConfigError([f"{path}: the API state file holds a mapping 'tenants' only"])
+    return data
+
+
+def load(path: str | Path, overlay: bool = True) -> Loaded:
+    """Read, parse and check a configuration file (with the API's state
+    file laid over it unless ``overlay`` is False)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    data = parse_yaml(raw, str(path))
+    cfg = parse(data)
+    extra = None
+    if overlay and cfg.api is not None and cfg.api.state_file:
+        state = Path(cfg.api.state_file)
+        if not state.is_absolute():
+            state = path.parent / state
+        extra = read_overlay(state)
+        if extra:
+            data = apply_overlay(data, extra)
+            try:
+                cfg = parse(data)
+            except ConfigError as exc:
+                raise ConfigError([f"{state} (API state): {p}" for p in exc.problems]) from None
+    return check(cfg, _topology(cfg, path.parent), path, extra)
+
+
+def from_data(data: Any, base: Path | None = None, overlay: dict | None = None) -> Loaded:
+    """The same checks on an in-memory mapping (the API's proposed configs)."""
+    cfg = parse(apply_overlay(data, overlay) if isinstance(data, dict) else data)
+    return check(cfg, _topology(cfg, base), None, overlay)
+
+
+# ---- the configuration apps read ----------------------------------------------------------------
+CONFIG_ENV = "BWFABRIC_CONFIG"
+_ACTIVE: Loaded | None = None
+
+
+def set_active(loaded: Loaded) -> None:
+    global _ACTIVE
+    _ACTIVE = loaded
+
+
+def active() -> Loaded:
+    """The configuration in force: the launcher's, or, when apps are
+    started by ``ryu-manager``, the file ``BWFABRIC_CONFIG`` names."""
+    global _ACTIVE
+    if _ACTIVE is None:
+        import os
+        path = os.environ.get(CONFIG_ENV)
+        if not path:
+            raise RuntimeError(f"no bwfabric configuration: set {CONFIG_ENV} to a config file "
+                               "(bwfabric controller --config FILE does it for you)")
+        _ACTIVE = load(path)
+    return _ACTIVE
+
+
+# ---- reference --------------------------------------------------------------------------------
+def _type_name(annotation: Any) -> str:
+    import typing
+    if typing.get_origin(annotation) is Literal:
+        return " or ".join(json.dumps(a) for a in typing.get_args(annotation))
+    text = getattr(annotation, "__name__", None) or str(annotation)
+    return text.replace("typing.", "").replace("controller.config.", "")
+
+
+def reference_markdown() -> str:
+    """``docs/config.md``: every key, its type, default and meaning, from the schema."""
+    lines = ["# Configuration reference", "",
+             "Generated from `controller/config.py` by `bwfabric config-reference`; do not edit.", "",
+             "Every key is optional unless its default says *required*. Unknown keys, NaN and "
+             "Infinity are refused.", ""]
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        rows, nested = [], []
+        for name, f in model.model_fields.items():
+            ann = f.annotation
+            sub = _model_of(ann)
+            path = f"{prefix}{name}"
+            if f.is_required():
+                default = "*required*"
+            else:
+                d = f.get_default(call_default_factory=True)
+                default = "(section)" if isinstance(d, BaseModel) else f"`{json.dumps(d)}`"
+            kind = (f"map of name to {sub.__name__}" if _is_dict(ann) else sub.__name__) if sub else _type_name(ann)
+            constraints = " ".join(str(m) for m in f.metadata)
+            rows.append(f"| `{path}` | {kind} {constraints} | {default} | {f.description or ''} |")
+            if sub:
+                nested.append((sub, path + ("." if not _is_dict(ann) else ".<name>.")))
+        lines.extend([f"## `{prefix.rstrip('.') or '(top level)'}`", "", "| key | type | default | meaning |",
+                      "|---|---|---|---|", *rows, ""])
+        for sub, p in nested:
+            walk(sub, p)
+
+    walk(Config, "")
+    return "\n".join(lines)
+
+
+def _is_dict(ann: Any) -> bool:
+    import typing
+    return typing.get_origin(ann) is dict
+
+
+def _model_of(ann: Any) -> type[BaseModel] | None:
+    import typing
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in typing.get_args(ann):
+        m = _model_of(arg)
+        if m:
+            return m
+    return None

@@ -1,0 +1,73 @@
+"""From the declared tenants to what enforces them (pure): the one place
+where guarantees become the ToR meters and every host agent's
+configuration, so the switches and the hosts never disagree.
+
+- :func:`host_configs`: per host carrying a VM, the agent's
+  :class:`hostagent.plan.HostConfig` -- the VM's tenant policy (hose
+  guarantee, fairness policy, WC subflows, competition) with the host's
+  shape from the topology (address, NIC rate) and its tuning.
+- :func:`meter_rates`: per metered host, the BG rate its ToR polices.
+- :func:`agent_endpoints`: where each agent listens and its key file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hostagent.plan import HostConfig
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    address: str
+    key_file: str | None       # None: derived from the master secret
+
+
+def nic_mbps(topology, host: str) -> float:
+    return sum(lk.capacity_mbps for lk in topology.links if host in (lk.a, lk.b))
+
+
+def host_configs(loaded) -> dict[str, HostConfig]:
+    """host -> its agent's configuration (every host that carries a VM)."""
+    out = {}
+    for host, (tenant_name, _, vm) in sorted(loaded.vms().items()):
+        tenant = loaded.cfg.tenants[tenant_name]
+        entry = loaded.cfg.agents.hosts.get(host)
+        tuning = loaded.tuning(host).model_dump()
+        cfg = HostConfig(host=host, interface=(entry.interface if entry and entry.interface else f"{host}-eth0"),
+                         address=loaded.topology.host(host).ip, nic_mbps=nic_mbps(loaded.topology, host),
+                         guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows, policy=tenant.policy,
+                         competition=vm.competition, **tuning)
+        cfg.check()
+        out[host] = cfg
+    return out
+
+
+def meter_rates(loaded) -> dict[str, float]:
+    """host -> Mb/s its ToR meters BG at (empty when meters are off)."""
+    pq = loaded.cfg.prio_queues
+    if not loaded.cfg.controller.prio_queues or not pq.meters:
+        return {}
+    return {host: round(vm.guarantee_mbps * pq.meter_headroom, 6) for host, (_, _, vm) in loaded.vms().items()}
+
+
+def agent_endpoints(loaded) -> dict[str, Endpoint]:
+    """host -> its agent (explicit entries, else the address template for VM hosts)."""
+    agents = loaded.cfg.agents
+    out = {h: Endpoint(h, e.address, _resolve(loaded, e.key_file)) for h, e in agents.hosts.items()}
+    if agents.address_template:
+        for host in loaded.vms():
+            out.setdefault(host, Endpoint(host, agents.address_template.replace("{host}", host), None))
+    return dict(sorted(out.items()))
+
+
+def _resolve(loaded, path: str | None) -> str | None:
+    if path is None or Path(path).is_absolute() or loaded.path is None:
+        return path
+    return str(loaded.path.parent / path)
+
+
+def master_key_file(loaded) -> str | None:
+    return _resolve(loaded, loaded.cfg.agents.master_key_file)

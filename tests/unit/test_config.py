@@ -1,0 +1,200 @@
+"""The declared configuration: the examples pass; every kind of mistake is
+named with its path and refused; the reference in docs/ is the schema's."""
+
+import copy
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller import config, tenancy
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+BASE = yaml.safe_load((ROOT / "examples" / "fattree4.yaml").read_text())
+BASE["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
+
+
+def problems_of(data) -> list[str]:
+    with pytest.raises(config.ConfigError) as exc:
+        config.from_data(data)
+    return exc.value.problems
+
+
+def mutate(fn):
+    data = copy.deepcopy(BASE)
+    fn(data)
+    return data
+
+
+def setin(path, value):
+    def fn(data):
+        node = data
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return fn
+
+
+def delin(path):
+    def fn(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
+    return fn
+
+
+VM = ("tenants", "analytics", "vms", "a3")
+BROKEN = {
+    "negative guarantee": (setin(VM + ("guarantee_mbps",), -1), "tenants.analytics.vms.a3.guarantee_mbps",
+                           "greater than 0"),
+    "zero guarantee": (setin(VM + ("guarantee_mbps",), 0), "tenants.analytics.vms.a3.guarantee_mbps", "greater than 0"),
+    "NaN guarantee": (setin(VM + ("guarantee_mbps",), math.nan), "tenants.analytics.vms.a3.guarantee_mbps", "finite"),
+    "infinite weight": (setin(VM + ("weight",), math.inf), "tenants.analytics.vms.a3.weight", "finite"),
+    "string guarantee": (setin(VM + ("guarantee_mbps",), "lots"), "tenants.analytics.vms.a3.guarantee_mbps", "number"),
+    "missing guarantee": (delin(VM + ("guarantee_mbps",)), "tenants.analytics.vms.a3.guarantee_mbps", "required"),
+    "unknown key": (setin(("lessor", "epsilom"), 0.1), "lessor.epsilom", "unknown key"),
+    "unknown section": (setin(("openflow",), {}), "openflow", "unknown key"),
+    "unknown host": (setin(VM + ("host",), "h99"), "tenants.analytics.vms.a3.host", "not a host of the topology"),
+    "two VMs on one host": (setin(VM + ("host",), "h1"), "tenants.analytics.vms.a3.host", "already carries"),
+    "NIC over-subscribed": (setin(VM + ("guarantee_mbps",), 9.5), "admission: host h9 NIC", "exceed mu 0.9"),
+    "ToR over-subscribed": (lambda d: (setin(("fabric", "topology"), str(ROOT / "examples" / "bgwc-testbed.json"))(d),
+                                       d.__setitem__("tenants", {"t": {"vms": {
+                                           f"v{i}": {"host": f"s{i}", "guarantee_mbps": 30} for i in range(1, 9)}}})),
+                            "admission: ToR sl uplinks", "exceed mu 0.9 x 100 = 90"),
+    "routing app": (setin(("controller", "routing"), "ospf"), "controller.routing", "'lessor'"),
+    "epsilon range": (setin(("lessor", "epsilon"), 0.7), "lessor.epsilon", "less than 0.5"),
+    "polling order": (setin(("lessor", "polling", "initial_s"), 0.1), "lessor.polling", "min_s"),
+    "OpenFlow port": (setin(("controller", "openflow", "port"), 70000), "controller.openflow.port", "65535"),
+    "OpenFlow address": (setin(("controller", "openflow", "listen"), "localhost:6653"),
+                         "controller.openflow.listen", "IP"),
+    "agent address template": (setin(("agents", "address_template"), "unix:/run/x.sock"),
+                               "agents.address_template", "{host}"),
+    "agent address": (setin(("agents", "hosts"), {"h1": {"address": "tcp::7000"}}), "agents.hosts.h1.address",
+                      "name the address"),
+    "agent on a host without a VM": (setin(("agents", "hosts"), {"h4": {"address": "unix:/x/h4.sock"}}),
+                                     "agents.hosts.h4", "no VM runs on h4"),
+    "explicit policy without levels": (setin(("tenants", "batch", "policy"), "explicit"), "tenants.batch",
+                                       "competition"),
+    "too many WC subflows": (setin(("tenants", "web", "wc_subflows"), 9), "tenants.web.wc_subflows", "8"),
+    "tuning key": (setin(("agents", "defaults", "colour"), "red"), "agents.defaults.colour", "unknown key"),
+    "tuning range": (setin(("agents", "defaults", "beta"), 0), "agents.defaults.beta", "greater than 0"),
+    "mu": (setin(("admission", "mu"), 1.5), "admission.mu", "less than or equal to 1"),
+    "API listener": (setin(("api", "listen"), "8080"), "api.listen", "ADDR:PORT"),
+    "tenant name": (lambda d: d["tenants"].__setitem__("a b", {"vms": {}}), "tenants.a b", "letters, digits"),
+    "version": (setin(("version",), 2), "version", "must be 1"),
+    "topology file": (setin(("fabric", "topology"), "/nonexistent/t.json"), "fabric.topology", "cannot read"),
+    "inline topology": (setin(("fabric", "topology"), {"name": "x", "switches": [], "hosts": [], "links": []}),
+                        "fabric.topology", "at least one switch"),
+    "no fabric": (delin(("fabric",)), "fabric", "required"),
+    "state file without LESSOR": (lambda d: (setin(("controller", "routing"), "ecmp")(d),
+                                             setin(("controller", "state_file"), "/tmp/s.json")(d)),
+                                  "controller.state_file", "only LESSOR"),
+}
+
+
+def test_the_examples_pass():
+    assert EXAMPLES
+    for path in EXAMPLES:
+        loaded = config.load(path)
+        assert loaded.vms()
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_broken_config_is_refused_by_name(name):
+    fn, where, phrase = BROKEN[name]
+    problems = problems_of(mutate(fn))
+    assert any(p.startswith(where) and phrase in p for p in problems), problems
+
+
+def test_every_problem_is_reported_at_once():
+    data = mutate(lambda d: (setin(VM + ("guarantee_mbps",), -1)(d), setin(("lessor", "epsilon"), 2)(d),
+                             setin(("bogus",), 1)(d)))
+    paths = sorted(p.split(":")[0] for p in problems_of(data))
+    assert paths == ["bogus", "lessor.epsilon", "tenants.analytics.vms.a3.guarantee_mbps"]
+
+
+@pytest.mark.parametrize("text,phrase", [
+    (b"\xff\xfeversion: 1", "not UTF-8"),
+    (b"a: &x 1\nb: *x\n", "anchors and aliases"),
+    (b"version: 1\nversion: 1\n", "duplicate key 'version'"),
+    (b"- 1\n- 2\n", "must be a mapping"),
+    (b"version: [1\n", "line 2 column 1"),
+    (b"x" * (config.MAX_CONFIG_BYTES + 1), "more than"),
+])
+def test_a_file_that_is_not_a_config_is_refused(tmp_path, text, phrase):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text)
+    with pytest.raises(config.ConfigError) as exc:
+        config.load(path)
+    assert any(phrase in p for p in exc.value.problems), exc.value.problems
+
+
+def test_check_config_command(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(mutate(setin(VM + ("guarantee_mbps",), 0))))
+    run = subprocess.run([sys.executable, "-m", "bwfabric.cli", "check-config", str(EXAMPLES[0]), str(bad)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 1
+    assert f"ok: {EXAMPLES[0]}" in run.stdout
+    assert f"{bad}: tenants.analytics.vms.a3.guarantee_mbps: must be greater than 0" in run.stderr
+
+
+def test_the_api_overlay_adds_replaces_and_deletes_tenants(tmp_path):
+    over = {"tenants": {"web": None, "new": {"vms": {"n1": {"host": "h4", "guarantee_mbps": 3}}},
+                        "batch": {"vms": {"b1": {"host": "h3", "guarantee_mbps": 2}}}}}
+    loaded = config.from_data(copy.deepcopy(BASE), overlay=over)
+    assert sorted(loaded.cfg.tenants) == ["analytics", "batch", "new"]
+    assert loaded.vms()["h3"][2].guarantee_mbps == 2 and "h7" not in loaded.vms()
+    assert loaded.digest != config.from_data(copy.deepcopy(BASE)).digest
+
+
+def test_host_configs_come_from_the_tenants():
+    loaded = config.from_data(mutate(setin(("agents", "hosts"), {"h5": {"address": "unix:/x/h5.sock",
+                                                                        "tuning": {"beta": 7}}})))
+    cfgs = tenancy.host_configs(loaded)
+    assert sorted(cfgs) == sorted(loaded.vms())
+    h5, h3 = cfgs["h5"], cfgs["h3"]
+    assert (h5.guarantee_mbps, h5.beta, h5.address, h5.nic_mbps) == (4, 7, "10.0.0.5", 10.0)
+    assert (h3.policy, h3.guarantee_mbps, h3.beta, h3.unit_mbps) == ("equal", 1, 3, 0.75)
+    assert tenancy.meter_rates(loaded)["h5"] == pytest.approx(4 * 1.05)
+    assert tenancy.agent_endpoints(loaded)["h5"].address == "unix:/x/h5.sock"
+    assert tenancy.agent_endpoints(loaded)["h1"].address == "unix:/run/bwfabric/agents/h1.sock"
+
+
+def test_the_reference_in_docs_is_the_schema():
+    assert (ROOT / "docs" / "config.md").read_text() == config.reference_markdown() + "\n", \
+        "docs/config.md is stale: bwfabric config-reference > docs/config.md"
+
+
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
+                  st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
+_value = st.recursive(_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                     st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                      max_leaves=8)
+_PATHS = [("version",), ("controller", "routing"), ("controller", "openflow"), ("lessor",), ("lessor", "polling"),
+          ("prio_queues",), ("agents",), ("agents", "defaults"), ("tenants",), ("tenants", "web"),
+          ("tenants", "web", "vms", "w1"), VM + ("guarantee_mbps",), VM + ("weight",), ("admission", "mu"),
+          ("api",), ("fabric", "topology")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_PATHS), _value)
+def test_any_value_anywhere_is_accepted_whole_or_refused_by_name(path, value):
+    """Property: the loader never raises anything but ConfigError, and an
+    accepted config holds only finite numbers where numbers go."""
+    data = mutate(setin(path, value))
+    try:
+        loaded = config.from_data(data)
+    except config.ConfigError as exc:
+        assert exc.problems and all(isinstance(p, str) and p for p in exc.problems)
+        return
+    dumped = json.dumps(loaded.cfg.model_dump(mode="json"), allow_nan=False)   # raises on NaN/Infinity
+    assert dumped
