@@ -93,9 +93,10 @@ class Harness:
         self.rng = random.Random(seed)
         # the app reads its environment once, when it is made: set it for that
         # moment only (a test process goes on with its own)
-        env = {"BWFABRIC_TOPOLOGY": str(workdir / "topo.json"),
-               "BWFABRIC_LESSOR": json.dumps({"min_s": 0.2, "initial_s": 0.5, "max_s": 1.0}),
-               "BWFABRIC_STATE_FILE": None}
+        (workdir / "bwfabric.yaml").write_text(json.dumps({
+            "fabric": {"topology": str(workdir / "topo.json")}, "controller": {"routing": "lessor"},
+            "lessor": {"polling": {"min_s": 0.2, "initial_s": 0.5, "max_s": 1.0}}}))   # JSON is YAML
+        env = {"BWFABRIC_CONFIG": str(workdir / "bwfabric.yaml")}
         saved = {k: os.environ.get(k) for k in env}
         try:
             _set_env(env)

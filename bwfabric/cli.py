@@ -23,13 +23,24 @@ def _parse_params(items: list[str]) -> dict:
 
 
 def cmd_controller(args) -> int:
-    from controller import launcher
-    from controller.topology import TopologyError
+    from controller import config, launcher
     try:
-        launcher.run(args.topology, args.apps.split(","), of_port=args.of_port,
-                     listen_host=args.listen, log_level=args.log_level,
-                     tls={"key": args.of_tls_key, "cert": args.of_tls_cert, "ca": args.of_tls_ca})
-    except (TopologyError, ValueError) as exc:
+        if args.config:
+            if args.topology:
+                raise ValueError("give --config or --topology/--apps, not both")
+            loaded = config.load(args.config)
+        elif args.topology:
+            loaded = launcher.shorthand(args.topology, (args.apps or "ecmp").split(","), of_port=args.of_port,
+                                        listen_host=args.listen, log_level=args.log_level,
+                                        tls={"key": args.of_tls_key, "cert": args.of_tls_cert,
+                                             "ca": args.of_tls_ca})
+        else:
+            raise ValueError("give --config FILE (or --topology FILE --apps NAMES)")
+        launcher.run(loaded)
+    except config.ConfigError as exc:
+        print("bwfabric controller: refused, nothing started:\n  " + "\n  ".join(exc.problems), file=sys.stderr)
+        return 2
+    except ValueError as exc:
         print(f"bwfabric controller: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -97,6 +108,12 @@ def _check_config_file(path: str) -> int:
     return 0
 
 
+def cmd_config_reference(args) -> int:
+    from controller import config
+    print(config.reference_markdown())
+    return 0
+
+
 def cmd_agent(args) -> int:
     from hostagent import agent
     return agent.main(args.host, args.key_file, args.listen, args.state_dir, load_cc=args.load_cc,
@@ -138,9 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bwfabric", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("controller", help="run controller apps on os-ken")
-    c.add_argument("--topology", required=True, help="topology description (JSON)")
-    c.add_argument("--apps", default="ecmp", help="comma-separated: single_path, ecmp, ...")
+    c = sub.add_parser("controller", help="run the controller (apps on os-ken, agent sessions, API)")
+    c.add_argument("--config", help="the configuration (YAML); see docs/config.md")
+    c.add_argument("--topology", help="shorthand without a config file: a topology description (JSON)...")
+    c.add_argument("--apps", help="...and apps, comma-separated: a routing app (single_path, ecmp, lessor, "
+                   "hedera) and optionally prio_queues; the options below apply to the shorthand only")
     c.add_argument("--of-port", type=int, default=6653)
     c.add_argument("--listen", default="127.0.0.1")
     c.add_argument("--log-level", default="INFO")
@@ -161,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("files", nargs="*")
     k.add_argument("--builtin", action="store_true", help="also check the built-in topologies")
     k.set_defaults(func=cmd_check_config)
+
+    r = sub.add_parser("config-reference", help="print the configuration reference (docs/config.md)")
+    r.set_defaults(func=cmd_config_reference)
 
     e = sub.add_parser("experiment", help="run an emulated experiment (default: the main job)")
     e.add_argument("name", nargs="?", default="main")

@@ -1,31 +1,21 @@
 """Base class of bwfabric's os-ken/Ryu apps: a thin shim.
 
-It loads the topology description (``BWFABRIC_TOPOLOGY``), keeps the connected
+It takes the fabric from the configuration in force (:func:`controller.config.active`), keeps the connected
 datapaths, and is the only place apps send through. Subclasses hold a pure
 logic object and forward events to it in a few lines each.
 """
 
 from __future__ import annotations
 
-import os
 import threading
+import time
 
-from controller import ofmsg, ofsend
+from controller import api, config, metrics, ofmsg, ofsend
 from controller.loops import LoopGuard
 from controller.network_view import NetworkView
-from controller.sdn import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp_event,
+from controller.portstats import PortLoads
+from controller.sdn import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, BaseApp, hub, ofp_event,
                             ofproto_v1_3, set_ev_cls)
-from controller.topology import TopologyDescription
-
-TOPOLOGY_ENV = "BWFABRIC_TOPOLOGY"
-
-
-def load_view() -> NetworkView:
-    path = os.environ.get(TOPOLOGY_ENV)
-    if not path:
-        raise RuntimeError(f"set {TOPOLOGY_ENV} to a topology description "
-                           "(bwfabric controller --topology FILE does it for you)")
-    return NetworkView(TopologyDescription.load(path))
 
 
 def port_is_up(ofp, desc) -> bool:
@@ -37,13 +27,27 @@ class FabricApp(BaseApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.view = load_view()
+        self.config = config.active()
+        self.view = NetworkView(self.config.topology)
         self.datapaths: dict[str, object] = {}
         self.guard = LoopGuard(self.logger)      # rounds of periodic loops and event handlers
         # os-ken's hub runs the event loop and an app's own loops on separate OS
         # threads: whoever touches the logic holds this (never across a sleep)
         self.lock = threading.RLock()
         self.refused: dict[str, int] = {}        # inputs refused at the OpenFlow boundary, by kind
+        self.sent: dict[str, int] = {}           # OpenFlow messages sent, by kind
+        metrics.register(f"app:{type(self).__name__}", self.samples)
+
+    def samples(self):
+        """Metrics (controller.metrics): connections, messages, loop errors, refusals."""
+        with self.lock:
+            yield "bwfabric_switches_connected", {}, len(self.datapaths)
+            for kind, n in sorted(self.sent.items()):
+                yield "bwfabric_openflow_messages_sent", {"kind": kind}, n
+            for loop, st in self.guard.as_dict().items():
+                yield "bwfabric_loop_errors", {"loop": loop}, st["errors"]
+            for kind, n in sorted(self.refused.items()):
+                yield "bwfabric_refused_inputs", {"kind": kind}, n
 
     def handle(self, name: str, fn, *args) -> None:
         """An event handler's body: under the lock, through the loop guard
@@ -95,6 +99,9 @@ class FabricApp(BaseApp):
             self.logger.warning("not sending %d messages to %s: not connected", len(msgs), switch)
             return
         ofsend.send(dp, msgs)
+        for m in msgs:
+            kind = type(m).__name__
+            self.sent[kind] = self.sent.get(kind, 0) + 1
 
 
 class ForwardingApp(FabricApp):
@@ -103,6 +110,52 @@ class ForwardingApp(FabricApp):
     messages (``switch_connected``, ``link_changed``, ``switch_disconnected``)."""
 
     logic = None  # set by the subclass
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.port_loads = PortLoads(self.view)
+        api.PROVIDERS["link_loads"] = self.link_loads
+
+    def start(self):
+        thread = super().start()
+        self.port_stats_thread = hub.spawn(self._port_stats_loop)
+        return thread
+
+    def link_loads(self) -> dict[tuple[str, str], float]:
+        with self.lock:
+            return self.port_loads.link_loads()
+
+    def samples(self):
+        yield from super().samples()
+        with self.lock:
+            for (a, b), bps in sorted(self.port_loads.link_loads().items()):
+                yield "bwfabric_link_load_bytes_per_second", {"src": a, "dst": b}, bps / 8
+            for (sw, port), n in sorted(self.port_loads.tx_bytes.items()):
+                yield "bwfabric_port_transmit_bytes", {"switch": sw, "port": port}, n
+
+    def _port_stats_loop(self):
+        """Every switch's port counters, every ``controller.port_stats_s``;
+        a failed round is logged and counted, the loop goes on."""
+        while True:
+            period = config.active().cfg.controller.port_stats_s
+            hub.sleep(self.guard.backoff("port_stats", period))
+            self.guard.run("port_stats", self._port_stats_round)
+
+    def _port_stats_round(self):
+        with self.lock:
+            switches = sorted(self.datapaths)
+        for sw in switches:
+            self.send(sw, [ofmsg.PortStatsRequest()])
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _port_stats(self, ev):
+        self.handle("port_stats_reply", self._port_stats_reply, ev)
+
+    def _port_stats_reply(self, ev):
+        switch = self._registered(ev.msg.datapath)
+        if switch is not None:
+            self.port_loads.record(switch, [(s.port_no, s.tx_bytes, s.rx_bytes, s.duration_sec, s.duration_nsec)
+                                            for s in ev.msg.body], time.monotonic())
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev):

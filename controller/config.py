@@ -56,7 +56,7 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=False,
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=True,
                               validate_default=True)
 
 
@@ -88,6 +88,8 @@ class Controller(_Strict):
     state_file: str | None = Field(None, description="LESSOR: where to write its state (JSON) after every "
                                    "polling decision")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="controller log level")
+    port_stats_s: float = Field(1.0, ge=0.05, le=60, description="poll every switch's port counters this often "
+                                "(link loads for the API and metrics)")
 
 
 class Polling(_Strict):
@@ -193,7 +195,9 @@ class Agents(_Strict):
         return v
 
     request_timeout_s: float = Field(5.0, gt=0, le=120, description="an agent's reply must come within this")
-    retry_s: float = Field(0.5, gt=0, le=60, description="first reconnect delay (doubling, at most 5 s)")
+    retry_s: float = Field(0.25, gt=0, le=2, description="first reconnect delay (doubling, at most 2 s)")
+    status_interval_s: float = Field(5.0, gt=0, le=280, description="ask each agent for its status (read back "
+                                     "from its kernel) this often; keeps the connection from idling out")
 
 
 # ---- tenants --------------------------------------------------------------------------------
@@ -226,9 +230,10 @@ class Admission(_Strict):
 
 class Api(_Strict):
     listen: str = Field("127.0.0.1:8080", description="ADDR:PORT of the REST API and /metrics")
-    token_file: str | None = Field(None, description="bearer token (mode 600); required for changes")
-    state_file: str | None = Field(None, description="where the API keeps accepted changes (the operator's "
-                                   "YAML is never rewritten)")
+    token_file: str = Field(description="the bearer token clients present (a file of mode 600, relative to "
+                            "this file or absolute)")
+    state_file: str = Field(description="where the API keeps the changes it accepted, laid over this file's "
+                            "tenants at every start and reload (the operator's YAML is never rewritten)")
 
     @field_validator("listen")
     @classmethod
@@ -263,14 +268,22 @@ class Loaded:
     overlay applied. ``digest`` identifies the effective configuration."""
 
     def __init__(self, cfg: Config, topology: TopologyDescription, path: Path | None,
-                 overlay: dict | None = None):
+                 overlay: dict | None = None, raw: dict | None = None):
         self.cfg = cfg
+        self.raw = raw if raw is not None else cfg.model_dump(mode="json")   # the operator's, before the overlay
         self.topology = topology
         self.path = path
         self.overlay = overlay or {}
         self.digest = hashlib.sha256(json.dumps(
             {"cfg": cfg.model_dump(mode="json"), "topology": topology.to_dict()},
             sort_keys=True).encode()).hexdigest()[:16]
+
+    def resolve(self, path: str | None) -> Path | None:
+        """A path of the configuration, relative to its file's directory."""
+        if path is None:
+            return None
+        p = Path(path)
+        return p if p.is_absolute() or self.path is None else self.path.parent / p
 
     def tuning(self, host: str) -> AgentTuning:
         entry = self.cfg.agents.hosts.get(host)
@@ -412,13 +425,14 @@ def meaning_problems(cfg: Config, topo: TopologyDescription) -> list[str]:
     return problems
 
 
-def check(cfg: Config, topo: TopologyDescription, path: Path | None = None, overlay: dict | None = None) -> Loaded:
+def check(cfg: Config, topo: TopologyDescription, path: Path | None = None, overlay: dict | None = None,
+          raw: dict | None = None) -> Loaded:
     """Stage 3: names resolve, then admission control."""
     from controller import admission
     problems = meaning_problems(cfg, topo)
     if problems:
         raise ConfigError(problems)
-    loaded = Loaded(cfg, topo, path, overlay)
+    loaded = Loaded(cfg, topo, path, overlay, raw)
     rejected = admission.check(loaded)
     if rejected:
         raise ConfigError([f"admission: {r}" for r in rejected])
@@ -457,10 +471,10 @@ def load(path: str | Path, overlay: bool = True) -> Loaded:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    data = parse_yaml(raw, str(path))
+    data = operator = parse_yaml(raw, str(path))
     cfg = parse(data)
     extra = None
-    if overlay and cfg.api is not None and cfg.api.state_file:
+    if overlay and cfg.api is not None:
         state = Path(cfg.api.state_file)
         if not state.is_absolute():
             state = path.parent / state
@@ -471,37 +485,51 @@ def load(path: str | Path, overlay: bool = True) -> Loaded:
                 cfg = parse(data)
             except ConfigError as exc:
                 raise ConfigError([f"{state} (API state): {p}" for p in exc.problems]) from None
-    return check(cfg, _topology(cfg, path.parent), path, extra)
+    return check(cfg, _topology(cfg, path.parent), path, extra, operator)
 
 
-def from_data(data: Any, base: Path | None = None, overlay: dict | None = None) -> Loaded:
-    """The same checks on an in-memory mapping (the API's proposed configs)."""
+def from_data(data: Any, base: Path | None = None, overlay: dict | None = None, path: Path | None = None) -> Loaded:
+    """The same checks on an in-memory mapping (the API's proposed
+    configs: the operator's mapping and a new overlay; ``path`` is the file
+    it came from, so that a later reload reads it again)."""
     cfg = parse(apply_overlay(data, overlay) if isinstance(data, dict) else data)
-    return check(cfg, _topology(cfg, base), None, overlay)
+    return check(cfg, _topology(cfg, base if base is not None else (path.parent if path else None)), path,
+                 overlay, data)
 
 
 # ---- the configuration apps read ----------------------------------------------------------------
 CONFIG_ENV = "BWFABRIC_CONFIG"
+TOPOLOGY_ENV = "BWFABRIC_TOPOLOGY"     # shorthand: a topology alone, every setting at its default
 _ACTIVE: Loaded | None = None
 
 
-def set_active(loaded: Loaded) -> None:
+def set_active(loaded: Loaded | None) -> None:
+    """The launcher's configuration (None forgets it)."""
     global _ACTIVE
     _ACTIVE = loaded
 
 
+def for_topology(path: str | Path, routing: str = "ecmp", prio_queues: bool = False, **sections) -> Loaded:
+    """A configuration of a topology file and defaults (``bwfabric
+    controller --topology``, and ``BWFABRIC_TOPOLOGY`` under ryu-manager)."""
+    data = {"fabric": {"topology": str(Path(path).resolve())},
+            "controller": {"routing": routing, "prio_queues": prio_queues}, **sections}
+    return from_data(data)
+
+
 def active() -> Loaded:
-    """The configuration in force: the launcher's, or, when apps are
-    started by ``ryu-manager``, the file ``BWFABRIC_CONFIG`` names."""
-    global _ACTIVE
-    if _ACTIVE is None:
-        import os
-        path = os.environ.get(CONFIG_ENV)
-        if not path:
-            raise RuntimeError(f"no bwfabric configuration: set {CONFIG_ENV} to a config file "
-                               "(bwfabric controller --config FILE does it for you)")
-        _ACTIVE = load(path)
-    return _ACTIVE
+    """The configuration in force: the launcher's; or, for apps started
+    by ``ryu-manager``, the file ``BWFABRIC_CONFIG`` names (or a topology
+    file in ``BWFABRIC_TOPOLOGY`` with every setting at its default)."""
+    if _ACTIVE is not None:
+        return _ACTIVE
+    import os
+    if os.environ.get(CONFIG_ENV):
+        return load(os.environ[CONFIG_ENV])
+    if os.environ.get(TOPOLOGY_ENV):
+        return for_topology(os.environ[TOPOLOGY_ENV])
+    raise RuntimeError(f"no bwfabric configuration: set {CONFIG_ENV} to a config file "
+                       f"(or {TOPOLOGY_ENV} to a topology); bwfabric controller --config FILE does it for you")
 
 
 # ---- reference --------------------------------------------------------------------------------

@@ -1,15 +1,19 @@
-"""Start bwfabric apps on os-ken through AppManager (os-ken 4.x ships no
-``osken-manager``). Under Ryu, the same app modules load with
-``BWFABRIC_TOPOLOGY=t.json ryu-manager apps/routing/ecmp.py``.
+"""Start the controller from its configuration: the routing app (and
+prio_queues) on os-ken through AppManager (os-ken 4.x ships no
+``osken-manager``), the host agents' sessions, the REST API with
+``/metrics``, and reload on SIGHUP. Under Ryu, the same app modules load
+with ``BWFABRIC_CONFIG=bwfabric.yaml ryu-manager apps/routing/ecmp.py``
+(apps only: no agent sessions, API or reload there).
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import signal
+import threading
 from pathlib import Path
 
-from controller.topology import TopologyDescription
+from controller import config, runtime
 
 # Short names for `bwfabric controller --apps`; full module paths work too.
 APPS = {
@@ -65,15 +69,43 @@ def check_tls(tls: dict[str, str] | None) -> dict[str, str] | None:
     return {k: str(Path(tls[k]).resolve()) for k in ("key", "cert", "ca")}
 
 
-def run(topology: str | Path, apps: list[str], of_port: int = 6653,
-        listen_host: str = "127.0.0.1", log_level: str = "INFO", tls: dict[str, str] | None = None) -> None:
-    """Validate everything first, then block running the apps."""
+def shorthand(topology: str | Path, apps: list[str], of_port: int = 6653, listen_host: str = "127.0.0.1",
+              log_level: str = "INFO", tls: dict[str, str] | None = None) -> config.Loaded:
+    """``bwfabric controller --topology T --apps A``: a configuration of a
+    topology and app names, every other setting at its default."""
     modules = resolve_apps(apps)
-    tls = check_tls(tls)
-    TopologyDescription.load(topology)  # raises TopologyError naming the problem
-    os.environ["BWFABRIC_TOPOLOGY"] = str(Path(topology).resolve())
-    logging.basicConfig(level=getattr(logging, log_level.upper()),
+    routing = [n.strip() for n in apps if n.strip() in ROUTING_APPS]
+    if not routing:
+        raise ValueError(f"apps {', '.join(apps)}: name a routing app ({', '.join(sorted(ROUTING_APPS))})")
+    if set(modules) - {APPS[routing[0]], APPS["prio_queues"]}:
+        raise ValueError("--apps takes bwfabric's apps only; run other modules under ryu-manager")
+    openflow = {"listen": listen_host, "port": of_port, **({"tls": tls} if tls and any(tls.values()) else {})}
+    data = {"fabric": {"topology": str(Path(topology).resolve())},
+            "controller": {"routing": routing[0], "prio_queues": APPS["prio_queues"] in modules,
+                           "openflow": openflow, "log_level": log_level.upper()}}
+    return config.from_data(data)
+
+
+def modules_of(loaded: config.Loaded) -> list[str]:
+    c = loaded.cfg.controller
+    return [APPS[c.routing]] + ([APPS["prio_queues"]] if c.prio_queues else [])
+
+
+def run(loaded: config.Loaded) -> None:
+    """Everything is checked first (the configuration, TLS files); then
+    this blocks running the controller."""
+    c = loaded.cfg.controller
+    modules = modules_of(loaded)
+    tls = check_tls(c.openflow.tls.model_dump() if c.openflow.tls else None)
+    logging.basicConfig(level=getattr(logging, c.log_level),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log = logging.getLogger("bwfabric")
+    rt = runtime.start(loaded)
+    services = start_services(rt)
+
+    def hangup(*_):       # the reload runs on a thread of its own, never inside the signal handler
+        threading.Thread(target=reload_quietly, args=(rt,), name="reload", daemon=True).start()
+    signal.signal(signal.SIGHUP, hangup)
 
     from os_ken.lib import hub
     hub.patch(thread=False)
@@ -82,13 +114,58 @@ def run(topology: str | Path, apps: list[str], of_port: int = 6653,
     import os_ken.controller.controller  # noqa: F401  (registers the ofp-* options)
 
     cfg.CONF(args=[], project="os_ken")
-    cfg.CONF.set_override("ofp_tcp_listen_port", of_port)
-    cfg.CONF.set_override("ofp_listen_host", listen_host)
+    cfg.CONF.set_override("ofp_tcp_listen_port", c.openflow.port)
+    cfg.CONF.set_override("ofp_listen_host", c.openflow.listen)
     if tls:  # os-ken then serves OpenFlow over TLS only, requiring a client certificate signed by ca
-        cfg.CONF.set_override("ofp_ssl_listen_port", of_port)
+        cfg.CONF.set_override("ofp_ssl_listen_port", c.openflow.port)
         cfg.CONF.set_override("ctl_privkey", tls["key"])
         cfg.CONF.set_override("ctl_cert", tls["cert"])
         cfg.CONF.set_override("ca_certs", tls["ca"])
-    logging.getLogger("bwfabric").info("starting %s on %s:%d (%s)", ", ".join(modules), listen_host, of_port,
-                                       "OpenFlow over TLS" if tls else "plain TCP")
-    AppManager.run_apps(modules + ["os_ken.controller.ofp_handler"])
+    log.info("starting %s on %s:%d (%s); configuration %s, generation %d", ", ".join(modules),
+             c.openflow.listen, c.openflow.port, "OpenFlow over TLS" if tls else "plain TCP", loaded.digest,
+             rt.generation)
+    try:
+        AppManager.run_apps(modules + ["os_ken.controller.ofp_handler"])
+    finally:
+        services.stop()
+
+
+class Services:
+    """The controller's own threads beside the apps: agent sessions, the API."""
+
+    def __init__(self, sessions, api):
+        self.sessions, self.api = sessions, api
+
+    def stop(self) -> None:
+        if self.api is not None:
+            self.api.stop()
+        if self.sessions is not None:
+            self.sessions.stop()
+
+
+def start_services(rt: runtime.Runtime) -> Services:
+    from controller import tenancy
+    from controller.agent_sessions import AgentSessions
+    sessions = None
+    if tenancy.agent_endpoints(rt.loaded):
+        sessions = AgentSessions(rt.generation).start(rt.loaded, rt.version)
+    else:
+        sessions = AgentSessions(rt.generation)
+    rt.subscribe("agents", lambda old, new: sessions.update(old, new, rt.version))
+    from controller import metrics
+    metrics.register("runtime", lambda: runtime.samples(rt))
+    metrics.register("agents", lambda: sessions.samples(rt.loaded))
+    api = None
+    if rt.loaded.cfg.api is not None:
+        from controller import api as api_mod
+        api = api_mod.serve(rt, sessions)
+    rt.services = Services(sessions, api)
+    return rt.services
+
+
+def reload_quietly(rt: runtime.Runtime) -> None:
+    """SIGHUP: reload; a refused file is logged and counted (runtime), nothing changes."""
+    try:
+        rt.reload()
+    except config.ConfigError:
+        pass

@@ -232,4 +232,10 @@ class EchoRequest:
     data: bytes = b""
 
 
-Message = FlowMod | GroupMod | MeterMod | PacketOut | PortDescRequest | FlowStatsRequest | EchoRequest
+@dataclass(frozen=True)
+class PortStatsRequest:
+    """Ask for every port's counters (reply: EventOFPPortStatsReply)."""
+
+
+Message = (FlowMod | GroupMod | MeterMod | PacketOut | PortDescRequest | FlowStatsRequest | EchoRequest
+           | PortStatsRequest)

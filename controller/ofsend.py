@@ -96,6 +96,8 @@ def to_parser(dp: Any, msg: ofmsg.Message) -> Any:
         return p.OFPPortDescStatsRequest(dp, 0)
     if isinstance(msg, ofmsg.EchoRequest):
         return p.OFPEchoRequest(dp, msg.data)
+    if isinstance(msg, ofmsg.PortStatsRequest):
+        return p.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY)
     if isinstance(msg, ofmsg.FlowStatsRequest):
         return p.OFPFlowStatsRequest(dp, 0, msg.table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
                                      msg.cookie, msg.cookie_mask, p.OFPMatch())

@@ -13,8 +13,6 @@ configuration, so the switches and the hosts never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
 from hostagent.plan import HostConfig
 
 
@@ -64,9 +62,8 @@ def agent_endpoints(loaded) -> dict[str, Endpoint]:
 
 
 def _resolve(loaded, path: str | None) -> str | None:
-    if path is None or Path(path).is_absolute() or loaded.path is None:
-        return path
-    return str(loaded.path.parent / path)
+    p = loaded.resolve(path)
+    return None if p is None else str(p)
 
 
 def master_key_file(loaded) -> str | None:

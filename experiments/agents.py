@@ -15,7 +15,7 @@ from pathlib import Path
 
 from experiments.fabric import Fabric
 from hostagent import cc
-from hostagent.agent import AgentClient
+from hostagent.client import AgentClient
 from hostagent.channel import host_key, write_secret
 
 

@@ -9,10 +9,18 @@ carrying frames of a 4-byte big-endian length and one channel message
 ``{"ok": bool, ...}``.
 
 Message types (controller -> agent):
-- ``config``: a :class:`hostagent.plan.HostConfig` as a JSON object; the
-  agent validates it, plans, applies; a bad config changes nothing and the
-  reply names the problem; if applying fails half-way the previous
-  configuration is applied again;
+- ``config``: ``{"generation": G, "version": V, "config": {...} | null}``
+  -- the whole desired state: a :class:`hostagent.plan.HostConfig` as a
+  JSON object, or null for "remove everything". The agent validates it,
+  plans, applies; a bad config changes nothing and the reply names the
+  problem; if applying fails half-way the previous configuration is applied
+  again. G is the controller's generation: a config of a lower generation
+  than the highest this agent has accepted (kept in its state directory,
+  so across restarts too) is refused, and so is a lower V within one
+  generation -- a stale controller cannot overwrite a newer one's. A bare
+  HostConfig object (manual use) counts as generation 0, version 0;
+- ``rates``: ``{"generation": G, "factors": {...}}``, the latest rate
+  factors (LRC); kept, the newest wins;
 - ``status``: what is in force, counters, the live Eq. 1 buffer.
 
 Every 2 s the agent recomputes Eq. 1's buffer, B = beta * maxRTT * sum(BW),
@@ -41,7 +49,7 @@ from hostagent.channel import ChannelError, ReplayGuard, Receiver, Sender
 from hostagent.executor import ExecError, Executor
 from hostagent.observe import BufferSizer
 from hostagent.plan import HostConfig, PlanError, host_plan
-from hostagent.transport import FrameServer, connect, listen, recv_frame, send_frame
+from hostagent.transport import FrameServer, listen
 
 log = logging.getLogger("bwfabric.agent")
 
@@ -59,6 +67,12 @@ class Agent:
         self.rcvbuf: int | None = None   # Eq. 1's buffer from live subflows (None: not measured yet)
         self.sizer = BufferSizer()
         self.rejected = 0
+        self.generation_file = state_dir / "generation"
+        self.max_generation = _read_int(self.generation_file)
+        self.generation: int | None = None     # of the configuration in force
+        self.version: int | None = None
+        self.rates: dict | None = None
+        self.rates_received = 0
         self.lock = threading.Lock()
 
     def handle(self, raw: bytes) -> bytes:
@@ -118,16 +132,49 @@ class Agent:
 
     def _dispatch(self, msg_type: str, body: dict) -> dict:
         if msg_type == "config":
-            cfg = HostConfig.from_dict(body)
-            if cfg.host != self.host:
-                raise PlanError(f"configuration for host {cfg.host!r} sent to agent {self.host!r}")
-            changes = self.put_in_force(cfg, self.rcvbuf)
-            log.info("configuration in force (%d changes): guarantee %.3g Mb/s, %d WC subflows, A_l %.3g",
-                     changes, cfg.guarantee_mbps, cfg.wc_subflows, cfg.a_l)
-            return {"ok": True, "changes": changes}
+            generation, version, raw = config_envelope(body)
+            self._check_generation(generation, version)
+            if raw is None:
+                self.executor.teardown()
+                left = self.executor.clean_differences()
+                if left:
+                    raise ExecError("removing everything left: " + "; ".join(left[:5]))
+                self.config, self.rcvbuf = None, None
+                changes = 0
+                log.info("configuration removed (generation %d, version %d)", generation, version)
+            else:
+                cfg = HostConfig.from_dict(raw)
+                if cfg.host != self.host:
+                    raise PlanError(f"configuration for host {cfg.host!r} sent to agent {self.host!r}")
+                changes = self.put_in_force(cfg, self.rcvbuf)
+                log.info("configuration in force (generation %d, version %d, %d changes): guarantee %.3g Mb/s, "
+                         "%d WC subflows, A_l %.3g", generation, version, changes, cfg.guarantee_mbps,
+                         cfg.wc_subflows, cfg.a_l)
+            self.generation, self.version = generation, version
+            if generation > self.max_generation:
+                self.max_generation = generation
+                _write_int(self.generation_file, generation)
+            return {"ok": True, "changes": changes, "generation": generation, "version": version}
+        if msg_type == "rates":
+            generation = body.get("generation") if isinstance(body, dict) else None
+            if not _count(generation) or not isinstance(body.get("factors"), dict):
+                raise PlanError("rates: needs generation (integer) and factors (object)")
+            if generation < self.max_generation:
+                raise PlanError(f"rates of generation {generation}: this agent follows generation "
+                                f"{self.max_generation}")
+            self.rates, self.rates_received = dict(body["factors"]), self.rates_received + 1
+            return {"ok": True}
         if msg_type == "status":
             return {"ok": True, **self.status()}
-        raise PlanError(f"unknown message type {msg_type!r} (config, status)")
+        raise PlanError(f"unknown message type {msg_type!r} (config, rates, status)")
+
+    def _check_generation(self, generation: int, version: int) -> None:
+        if generation < self.max_generation:
+            raise PlanError(f"configuration of generation {generation} refused: a newer controller "
+                            f"(generation {self.max_generation}) configures this agent")
+        if generation == self.generation and self.version is not None and version < self.version:
+            raise PlanError(f"configuration version {version} refused: version {self.version} of the same "
+                            "controller is in force")
 
     def status(self) -> dict:
         """What is true of the kernel now: the configuration this agent
@@ -138,8 +185,10 @@ class Agent:
             differences = self.executor.clean_differences()
         server = getattr(self, "server", None)
         return {"host": self.host, "rejected": self.rejected, "rcvbuf_bytes": self.rcvbuf,
+                "generation": self.generation, "version": self.version, "rates_received": self.rates_received,
                 "connections": None if server is None else asdict(server.stats),
                 "config": None if self.config is None else asdict(self.config),
+                "class_bytes": {} if self.config is None else self.executor.class_bytes(self.config.interface),
                 "in_force": not differences and self.degraded is None, "differences": differences,
                 "degraded": self.degraded}
 
@@ -187,33 +236,40 @@ class Agent:
         self.executor.teardown()
 
 
-class AgentClient:
-    """The controller's side of one agent's channel."""
+def config_envelope(body: dict) -> tuple[int, int, dict | None]:
+    """(generation, version, HostConfig object or None) of a config message."""
+    if not isinstance(body, dict):
+        raise PlanError("a configuration message must be an object")
+    if "generation" not in body:
+        return 0, 0, body                      # a bare HostConfig: manual use
+    unknown = sorted(set(body) - {"generation", "version", "config"})
+    if unknown:
+        raise PlanError(f"configuration envelope: unknown keys {unknown} (generation, version, config)")
+    generation, version, raw = body.get("generation"), body.get("version"), body.get("config")
+    if not _count(generation) or not _count(version):
+        raise PlanError(f"configuration envelope: generation {generation!r} and version {version!r} must be "
+                        "integers in 0..2^63-1")
+    if raw is not None and not isinstance(raw, dict):
+        raise PlanError("configuration envelope: config must be an object or null")
+    return generation, version, raw
 
-    def __init__(self, address: str, host: str, key: bytes, timeout: float = 10.0):
-        self.address, self.host, self.timeout = address, host, timeout
-        self.tx = Sender(key, host, direction="c2a")
-        self.rx = Receiver(key, host, ReplayGuard(), direction="a2c")
-        self.sock: socket.socket | None = None
 
-    def request(self, msg_type: str, body: dict) -> dict:
-        return self.request_raw(self.tx.seal(msg_type, body))
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
 
-    def request_raw(self, raw: bytes) -> dict:
-        if self.sock is None:
-            self.sock = connect(self.address, self.timeout)
-        send_frame(self.sock, raw)
-        reply = recv_frame(self.sock, self.timeout, self.timeout)
-        if reply is None:
-            self.close()
-            raise ConnectionError(f"agent {self.host} closed the connection")
-        _, body = self.rx.open(reply)
-        return body
 
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
+def _read_int(path: Path) -> int:
+    try:
+        value = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+    return value if 0 <= value < 2**63 else 0
+
+
+def _write_int(path: Path, value: int) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"{value}\n")
+    tmp.replace(path)
 
 
 def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc: bool = False,

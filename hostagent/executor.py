@@ -176,6 +176,28 @@ def read_tc(dev: str) -> TcState | None:
     return st
 
 
+def read_class_bytes(dev: str) -> dict[str, int]:
+    """Bytes sent through each HTB class on ``dev`` ("1:10" -> bytes), as
+    the kernel counts them ({} without the device or an HTB root)."""
+    from pyroute2 import IPRoute
+
+    out: dict[str, int] = {}
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=dev)
+        if not found:
+            return out
+        for c in ipr.get_classes(found[0]):
+            if c.get_attr("TCA_KIND") != "htb":
+                continue
+            stats2 = c.get_attr("TCA_STATS2")
+            basic = stats2.get_attr("TCA_STATS_BASIC") if stats2 is not None else None
+            if basic is not None:
+                out[_classtext(c["handle"])] = int(basic["bytes"])
+            elif c.get_attr("TCA_STATS") is not None:
+                out[_classtext(c["handle"])] = int(c.get_attr("TCA_STATS")["bytes"])
+    return out
+
+
 def _bfifo_limit(raw) -> int:
     """bfifo's options are a bare u32 limit; pyroute2 may hand them over as
     bytes, hex text ('00:00:04:00') or an int."""
@@ -280,6 +302,10 @@ class Executor:
             if have != step.value:
                 out.append(f"bpf {step.map}[{step.key_ipv4}] = {have}, planned {step.value}")
         return out
+
+    def class_bytes(self, dev: str) -> dict[str, int]:
+        """Bytes through each HTB class on ``dev`` (read from the kernel)."""
+        return read_class_bytes(dev)
 
     def pair_slots(self, dev: str) -> dict[str, int]:
         """The pipe-model slots in force on ``dev``: destination -> slot, read

@@ -1,20 +1,15 @@
 """os-ken/Ryu app: LESSOR (a shim over :class:`apps.lessor.logic.LessorLogic`).
 
-Environment:
-- ``BWFABRIC_LESSOR``: optional JSON object of settings: the PollingConfig
-  fields (lower, upper, initial_s, alpha, alpha_min, alpha_step, min_s,
-  max_s, rtt_factor) and ``epsilon``; unknown keys are refused at start.
-- ``BWFABRIC_STATE_FILE``: where to write the controller's state (JSON) after
-  every polling decision: polling period and its history, controller CPU,
-  long flows, installed paths, lambda.
+Settings come from the configuration's ``lessor`` section (polling, epsilon,
+long-flow threshold); ``controller.state_file`` is where the app writes its
+state (JSON) after every polling decision: polling period and its history,
+controller CPU, long flows, installed paths, lambda.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import os
 import struct
 import time
 from pathlib import Path
@@ -22,51 +17,24 @@ from pathlib import Path
 import psutil
 
 from apps.lessor.logic import LessorLogic
-from apps.lessor.pmpt import DEFAULT_EPSILON, check_epsilon, warm_up
-from apps.lessor.pre import PollingConfig
-from controller import ofmsg
+from apps.lessor.pmpt import warm_up
+from controller import api, ofmsg, runtime
 from controller.app_base import ForwardingApp
-from controller.validate import finite_number, strict_json
 from controller.sdn import MAIN_DISPATCHER, hub, ofp_event, set_ev_cls
-
-SETTINGS_ENV = "BWFABRIC_LESSOR"
-STATE_ENV = "BWFABRIC_STATE_FILE"
-
-
-def load_settings(raw: str | None) -> tuple[PollingConfig | None, float]:
-    """(polling config, or None for the app's default; epsilon). Every value
-    must be a finite number; each bad one is named."""
-    data = strict_json(raw, SETTINGS_ENV) if raw else {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{SETTINGS_ENV}: must be a JSON object")
-    fields = {f.name for f in dataclasses.fields(PollingConfig)}
-    unknown = sorted(set(data) - fields - {"epsilon"})
-    if unknown:
-        raise ValueError(f"{SETTINGS_ENV}: unknown keys {unknown}; valid: {sorted(fields | {'epsilon'})}")
-    bad = [f"{k}={v!r}" for k, v in sorted(data.items()) if not finite_number(v)]
-    if bad:
-        raise ValueError(f"{SETTINGS_ENV}: {', '.join(bad)}: must be finite numbers")
-    try:
-        epsilon = float(data.pop("epsilon", DEFAULT_EPSILON))
-        check_epsilon(epsilon)
-        if not data:
-            return None, epsilon
-        cfg = PollingConfig(**{k: float(v) for k, v in data.items()})
-        cfg.check()
-    except ValueError as exc:
-        raise ValueError(f"{SETTINGS_ENV}: {exc}") from None
-    return cfg, epsilon
-
 
 class LessorApp(ForwardingApp):
     LOGIC = LessorLogic
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        polling, epsilon = load_settings(os.environ.get(SETTINGS_ENV))
-        self.lessor = self.logic = self.LOGIC(self.view, polling, epsilon)
+        settings = self.config.cfg.lessor
+        self.lessor = self.logic = self.LOGIC(self.view, settings.polling.polling_config(), settings.epsilon,
+                                              long_flow_bytes=settings.long_flow_bytes)
         self.logger.info("PMPT kernels ready in %.2f s", warm_up(self.lessor.paths))
-        self.state_file = os.environ.get(STATE_ENV)
+        self.state_file = self.config.cfg.controller.state_file
+        if runtime.current() is not None:
+            runtime.current().subscribe("lessor", self.config_changed)
+        api.PROVIDERS["flows"] = self.flows
         self.process = psutil.Process()
         self.process.cpu_percent(None)  # after the warm-up: Algorithm 1 must not see the compilation
         self.packet_ins = 0
@@ -77,6 +45,34 @@ class LessorApp(ForwardingApp):
         self.decide_at: float | None = None
         self.poller = None
         self.polls = 0                      # polls sent (at least one ToR connected)
+
+    def flows(self) -> list[dict]:
+        """Long flows, their predicted rates and placed paths (GET /v1/flows)."""
+        with self.lock:
+            return [{"flow": list(s.key), "rate_mbps": None if s.predicted is None else s.predicted / 1e6,
+                     "bytes": s.bytes, "path": list(self.lessor.installed[s.key].path)
+                     if s.key in self.lessor.installed else None} for s in self.lessor.table.long_flows()]
+
+    def samples(self):
+        yield from super().samples()
+        with self.lock:
+            alloc = self.lessor.last_allocation
+            yield "bwfabric_polling_period_seconds", {}, self.lessor.polling.period_s
+            if self.cpu_log:
+                yield "bwfabric_controller_cpu_ratio", {}, self.cpu_log[-1][1]
+            yield "bwfabric_pmpt_runs", {}, self.lessor.allocations
+            yield "bwfabric_packet_ins", {}, self.packet_ins
+            if alloc is not None:
+                yield "bwfabric_pmpt_lambda", {}, alloc.lam
+                yield "bwfabric_pmpt_duration_seconds", {}, alloc.seconds
+                yield "bwfabric_pmpt_flows_placed", {}, len(alloc.flow_path)
+
+    def config_changed(self, old, new):
+        """LESSOR's settings follow a reload: epsilon and the long-flow
+        threshold at once, the polling bounds from the next decision on."""
+        with self.lock:
+            self.lessor.reconfigure(new.cfg.lessor.polling.polling_config(), new.cfg.lessor.epsilon,
+                                    new.cfg.lessor.long_flow_bytes)
 
     def start(self):
         thread = super().start()

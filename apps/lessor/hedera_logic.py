@@ -14,15 +14,21 @@ import numpy as np
 from apps.lessor.hedera import ELEPHANT_FRACTION, POLL_PERIOD_S, estimate_demands, global_first_fit
 from apps.lessor.logic import LessorLogic
 from apps.lessor.pmpt import Allocation, LongFlow
-from apps.lessor.pre import PollingConfig
+from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
 from controller.network_view import NetworkView
 
 HEDERA_POLLING = PollingConfig(initial_s=POLL_PERIOD_S, min_s=POLL_PERIOD_S, max_s=POLL_PERIOD_S)
 
 
 class HederaLogic(LessorLogic):
-    def __init__(self, view: NetworkView, polling: PollingConfig | None = None, epsilon: float = 0.05):
-        super().__init__(view, polling or HEDERA_POLLING, epsilon)
+    def __init__(self, view: NetworkView, polling: PollingConfig | None = None, epsilon: float = 0.05,
+                 long_flow_bytes: int = LONG_FLOW_BYTES):
+        """Hedera polls every 5 s whatever LESSOR's polling settings say
+        (``polling`` is accepted for the app's signature and ignored)."""
+        super().__init__(view, HEDERA_POLLING, epsilon, long_flow_bytes)
+
+    def reconfigure(self, polling: PollingConfig, epsilon: float, long_flow_bytes: int) -> None:
+        super().reconfigure(HEDERA_POLLING, epsilon, long_flow_bytes)
 
     def long_flows(self) -> list[LongFlow]:
         states = [s for s in self.table.flows.values() if s.src_tor != s.dst_tor and s.predicted is not None

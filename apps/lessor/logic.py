@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from apps.lessor.hedera import ELEPHANT_FRACTION, estimate_demands
 from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import DEFAULT_EPSILON, Allocation, LongFlow, mrtf_key, pmpt
-from apps.lessor.pre import AdaptivePolling, FlowTable, PollingConfig, PollSchedule
+from apps.lessor.pre import LONG_FLOW_BYTES, AdaptivePolling, FlowTable, PollingConfig, PollSchedule
 from apps.routing.logic import DestinationRouting
 from controller import ofmsg
 from controller.network_view import NetworkView
@@ -50,12 +50,12 @@ class Installed:
 
 class LessorLogic:
     def __init__(self, view: NetworkView, polling: PollingConfig | None = None,
-                 epsilon: float = DEFAULT_EPSILON):
+                 epsilon: float = DEFAULT_EPSILON, long_flow_bytes: int = LONG_FLOW_BYTES):
         self.view = view
         self.epsilon = epsilon
         self.routing = DestinationRouting(view, multipath=True, accounting=True)
         self.paths = PathDictionary(view)
-        self.table = FlowTable()
+        self.table = FlowTable(long_flow_bytes)
         self.polling = AdaptivePolling(polling or PollingConfig())
         self.schedule = PollSchedule(self.polling)
         self.installed: dict[FiveTuple, Installed] = {}
@@ -70,6 +70,14 @@ class LessorLogic:
         self.uncertified = 0      # allocations PMPT ended at its phase cap without a certified gap
         self.moves_per_allocation: list[int] = []   # installed flows moved by each allocation (last 1000)
         self.pinned: set[FiveTuple] = set()          # installed flows limited outside the fabric (last look)
+
+    def reconfigure(self, polling: PollingConfig, epsilon: float, long_flow_bytes: int) -> None:
+        """New settings (a reload): the polling period is kept within the new bounds."""
+        polling.check()
+        self.epsilon = epsilon
+        self.table.long_bytes = long_flow_bytes
+        self.polling.config = polling
+        self.polling.period_s = min(max(self.polling.period_s, polling.min_s), polling.max_s)
 
     # ---- switches ------------------------------------------------------------------
     def switch_connected(self, switch: str) -> list[ofmsg.Message]:

@@ -1,35 +1,36 @@
 """os-ken/Ryu app: BG/WC classification in table 0 (a shim over
 :class:`apps.prio_queues.logic.PrioQueuesLogic`). Run it beside a routing
-app: ``bwfabric controller --apps ecmp,prio_queues``.
+app (``controller.prio_queues: true`` in the configuration).
 
-``BWFABRIC_PRIO_QUEUES``: optional JSON object ``{"guarantees_mbps": {host:
-Mb/s}, "burst_kbit": N}`` -- per-host BG meters at the ToRs (burst in
-kilobits; default 20 ms at the guarantee, at least 8 jumbo frames). Unknown keys,
-unknown hosts and bad values are refused at start, naming them.
+The ToR meters police each VM's BG at its guarantee (x
+``prio_queues.meter_headroom``), from the same tenant declaration the host
+agents' configurations come from (:mod:`controller.tenancy`).
 """
 
-import os
-
 from apps.prio_queues.logic import PrioQueuesLogic
+from controller import runtime, tenancy
 from controller.app_base import FabricApp
-from controller.validate import strict_json
 from controller.sdn import CONFIG_DISPATCHER, DEAD_DISPATCHER, ofp_event, set_ev_cls
 
 
-SETTINGS_ENV = "BWFABRIC_PRIO_QUEUES"
-
-
-def logic_from_env(view, raw):
-    data = strict_json(raw, SETTINGS_ENV) if raw else {}
-    if not isinstance(data, dict) or set(data) - {"guarantees_mbps", "burst_kbit"}:
-        raise ValueError(f"{SETTINGS_ENV}: a JSON object with keys guarantees_mbps, burst_kbit; got {raw!r}")
-    return PrioQueuesLogic(view, data.get("guarantees_mbps") or {}, data.get("burst_kbit"))
+def logic_for(view, loaded) -> PrioQueuesLogic:
+    return PrioQueuesLogic(view, tenancy.meter_rates(loaded), loaded.cfg.prio_queues.burst_kbit)
 
 
 class PrioQueuesApp(FabricApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.logic = logic_from_env(self.view, os.environ.get(SETTINGS_ENV))
+        self.logic = logic_for(self.view, self.config)
+        if runtime.current() is not None:
+            runtime.current().subscribe("prio_queues", self.config_changed)
+
+    def config_changed(self, old, new):
+        """Only the meters of hosts whose guarantee changed are touched."""
+        with self.lock:
+            changes = self.logic.update(tenancy.meter_rates(new), new.cfg.prio_queues.burst_kbit)
+            for switch, msgs in changes.items():
+                self.send(switch, msgs)
+        self.logger.info("meters changed on %s", ", ".join(sorted(changes)) or "no switch")
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev):

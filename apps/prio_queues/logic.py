@@ -115,17 +115,50 @@ class PrioQueuesLogic:
                             if self.view.is_host(h)})
             msgs.extend(ofmsg.MeterMod("delete", port) for port in ports)
         for host, mbps in sorted(self.guarantees.items()):
-            sw, port = self.view.host_switch(host)
-            if sw != switch:
-                continue
-            rate = int(mbps * 1000)
-            msgs.append(ofmsg.MeterMod("add", port, rate, self.burst_kbit or default_burst_kbit(rate)))
-            for prio, fields, actions in (
-                    (PRIO_METERED, dict(ip_dscp=DSCP_BG), (ofmsg.SetQueue(QUEUE_BG),)),
-                    (PRIO_METERED_UDP, dict(ip_proto=ofmsg.IPPROTO_UDP),
-                     (ofmsg.SetField("ip_dscp", DSCP_BG), ofmsg.SetQueue(QUEUE_BG)))):
-                match = ofmsg.Match.of(in_port=port, eth_type=ofmsg.ETH_TYPE_IP, **fields)
-                msgs.append(ofmsg.FlowMod(TABLE_CLASSIFY, prio, match,
-                                          (ofmsg.MeterInstruction(port), ofmsg.ApplyActions(actions),
-                                           ofmsg.GotoTable(TABLE_FORWARD)), cookie=cookie(APP_PRIO_QUEUES)))
+            sw, _ = self.view.host_switch(host)
+            if sw == switch:
+                msgs.extend(self._meter_entries(host, mbps, "add"))
         return ofmsg.ordered(msgs)
+
+    def _meter_match(self, port: int, prio: int) -> ofmsg.Match:
+        fields = dict(ip_dscp=DSCP_BG) if prio == PRIO_METERED else dict(ip_proto=ofmsg.IPPROTO_UDP)
+        return ofmsg.Match.of(in_port=port, eth_type=ofmsg.ETH_TYPE_IP, **fields)
+
+    def _meter_entries(self, host: str, mbps: float, command: str) -> list[ofmsg.Message]:
+        """A host's meter and its two metered entries (``add``), the meter
+        alone (``modify``: a new rate), or the entries and then the meter
+        (``delete``)."""
+        _, port = self.view.host_switch(host)
+        rate = int(mbps * 1000)
+        if command == "modify":
+            return [ofmsg.MeterMod("modify", port, rate, self.burst_kbit or default_burst_kbit(rate))]
+        if command == "delete":
+            return [*(ofmsg.flow_delete_strict(TABLE_CLASSIFY, prio, self._meter_match(port, prio),
+                                               cookie=cookie(APP_PRIO_QUEUES))
+                      for prio in (PRIO_METERED, PRIO_METERED_UDP)), ofmsg.MeterMod("delete", port)]
+        msgs: list[ofmsg.Message] = [ofmsg.MeterMod("add", port, rate, self.burst_kbit or default_burst_kbit(rate))]
+        for prio, actions in ((PRIO_METERED, (ofmsg.SetQueue(QUEUE_BG),)),
+                              (PRIO_METERED_UDP, (ofmsg.SetField("ip_dscp", DSCP_BG), ofmsg.SetQueue(QUEUE_BG)))):
+            msgs.append(ofmsg.FlowMod(TABLE_CLASSIFY, prio, self._meter_match(port, prio),
+                                      (ofmsg.MeterInstruction(port), ofmsg.ApplyActions(actions),
+                                       ofmsg.GotoTable(TABLE_FORWARD)), cookie=cookie(APP_PRIO_QUEUES)))
+        return msgs
+
+    def update(self, guarantees_mbps: dict[str, float], burst_kbit: int | None = None) -> dict[str, list[ofmsg.Message]]:
+        """A new set of metered guarantees (a reload, an API change): the
+        messages per ToR that change only the hosts whose guarantee moved --
+        every other host's meter and entries stay untouched. Checked as at
+        start; a refused set changes nothing."""
+        new = PrioQueuesLogic(self.view, guarantees_mbps, burst_kbit)
+        out: dict[str, list[ofmsg.Message]] = {}
+        burst_changed = burst_kbit != self.burst_kbit
+        self.burst_kbit = burst_kbit
+        for host in sorted(set(self.guarantees) | set(new.guarantees)):
+            old_rate, new_rate = self.guarantees.get(host), new.guarantees.get(host)
+            if old_rate == new_rate and not (burst_changed and new_rate is not None):
+                continue
+            command = "add" if old_rate is None else "delete" if new_rate is None else "modify"
+            sw, _ = self.view.host_switch(host)
+            out.setdefault(sw, []).extend(self._meter_entries(host, new_rate or old_rate, command))
+        self.guarantees = dict(new.guarantees)
+        return {sw: ofmsg.ordered(msgs) for sw, msgs in out.items()}

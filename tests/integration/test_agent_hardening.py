@@ -171,7 +171,7 @@ def test_the_agent_survives_10000_hostile_connections_and_then_applies_a_config(
     import time
 
     from benchmarks.agent_faults import drop_bpf_maps, make_bpf_maps
-    from hostagent.agent import AgentClient
+    from hostagent.client import AgentClient
     from hostagent.channel import Sender, host_key, write_secret
 
     master = secrets.token_bytes(32)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hostagent import cc
-from hostagent.agent import AgentClient
+from hostagent.client import AgentClient
 from hostagent.channel import Sender, host_key, write_secret
 
 pytestmark = pytest.mark.root

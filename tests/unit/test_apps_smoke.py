@@ -72,7 +72,10 @@ def test_every_handler_once(topo_env, cls, app):
     assert "e0_0" not in inst.datapaths
 
 
-def test_app_without_topology_fails_clearly(monkeypatch):
+def test_app_without_configuration_fails_clearly(monkeypatch):
+    from controller import runtime
+    runtime.stop()
     monkeypatch.delenv("BWFABRIC_TOPOLOGY", raising=False)
-    with pytest.raises(RuntimeError, match="BWFABRIC_TOPOLOGY"):
+    monkeypatch.delenv("BWFABRIC_CONFIG", raising=False)
+    with pytest.raises(RuntimeError, match="BWFABRIC_CONFIG"):
         EcmpApp()

@@ -10,7 +10,6 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from apps.lessor.app import load_settings
 from apps.lessor.pre import AdaptivePolling, FlowTable, PollingConfig, predict_rate
 from controller.topology import TopologyDescription, TopologyError
 from hostagent.plan import HostConfig, PlanError, host_plan
@@ -114,21 +113,23 @@ def test_topology_files_the_landed_code_accepted_are_refused(tmp_path, text, pro
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(["lower", "upper", "initial_s", "alpha", "alpha_min", "alpha_step",
-                                        "min_s", "max_s", "rtt_factor", "epsilon", "x"]), ANY_SCALAR, max_size=4))
-def test_lessor_settings_are_valid_or_refused(data):
+                                        "min_s", "max_s", "rtt_factor", "x"]), ANY_SCALAR, max_size=4),
+       ANY_SCALAR)
+def test_lessor_settings_are_valid_or_refused(polling, epsilon):
+    from controller import config
+    data = {"fabric": {"topology": {"name": "x", "switches": [{"name": "s1", "dpid": 1, "role": "edge"}],
+                                    "hosts": [{"name": "h1", "ip": "10.0.0.1", "mac": "02:00:00:00:00:01"}],
+                                    "links": [{"a": "h1", "a_port": 0, "b": "s1", "b_port": 1,
+                                               "capacity_mbps": 10}]}},
+            "lessor": {"polling": polling, "epsilon": epsilon}}
     try:
-        raw = json.dumps(data, allow_nan=True)
-    except (TypeError, ValueError):
+        loaded = config.from_data(data)
+    except config.ConfigError as exc:
+        assert all(p.startswith("lessor.") for p in exc.problems), exc.problems
         return
-    try:
-        cfg, eps = load_settings(raw)
-    except ValueError as exc:
-        assert str(exc).startswith("BWFABRIC_LESSOR") or "polling" in str(exc)
-        return
-    assert 0 < eps < 0.5
-    if cfg is not None:
-        for v in vars(cfg).values():
-            assert math.isfinite(v)
+    assert 0 < loaded.cfg.lessor.epsilon < 0.5
+    for v in vars(loaded.cfg.lessor.polling.polling_config()).values():
+        assert math.isfinite(v)
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from apps.lessor.app import LessorApp, echo_rtt, load_settings
+from apps.lessor.app import LessorApp, echo_rtt
 from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import MAX_DEMAND_BPS, MIN_DEMAND_BPS, LongFlow, pmpt
 from controller.loops import LoopGuard
@@ -143,12 +143,9 @@ def test_pmpt_inputs_give_a_placement_or_a_named_error(raw):
 
 # ---- the os-ken app ---------------------------------------------------------------------------
 @pytest.fixture
-def app(tmp_path, monkeypatch):
+def app(tmp_path, app_config):
     topo = builders.fattree(4, link_mbps=10)
-    topo.save(tmp_path / "t.json")
-    monkeypatch.setenv("BWFABRIC_TOPOLOGY", str(tmp_path / "t.json"))
-    monkeypatch.delenv("BWFABRIC_STATE_FILE", raising=False)
-    monkeypatch.setenv("BWFABRIC_LESSOR", json.dumps({"min_s": 0.5}))
+    app_config(topo, routing="lessor", lessor={"polling": {"min_s": 0.5}})
     inst = LessorApp()
     view = NetworkView(topo)
     dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
@@ -205,13 +202,21 @@ def test_an_absurd_echo_reply_does_not_reach_the_rtt_estimate(app, payload):
     assert echo_rtt(struct.pack("!d", 10.0), 10.25) == 0.25
 
 
-@pytest.mark.parametrize("raw,name", [('{"epsilon": 0.7}', "epsilon"), ('{"epsilon": NaN}', "NaN"),
-                                      ('{"epsilon": Infinity}', "Infinity"), ('{"max_s": 1e999}', "max_s"),
-                                      ('{"min_s": "1"}', "min_s"), ('{"epsilon": true}', "epsilon"),
-                                      ('{"a": ' * 40 + "1" + "}" * 40, "nested")])
-def test_bad_settings_are_refused_at_start_by_name(raw, name):
-    with pytest.raises(ValueError, match=name):
-        load_settings(raw)
+@pytest.mark.parametrize("lessor,name", [({"epsilon": 0.7}, "lessor.epsilon"),
+                                         ({"epsilon": float("nan")}, "lessor.epsilon"),
+                                         ({"epsilon": float("inf")}, "lessor.epsilon"),
+                                         ({"polling": {"max_s": 1e999}}, "lessor.polling.max_s"),
+                                         ({"polling": {"min_s": "1"}}, "lessor.polling.min_s"),
+                                         ({"epsilon": True}, "lessor.epsilon")])
+def test_bad_settings_are_refused_at_start_by_name(lessor, name):
+    from controller import config
+    data = {"fabric": {"topology": {"name": "x", "switches": [{"name": "s1", "dpid": 1, "role": "edge"}],
+                                    "hosts": [{"name": "h1", "ip": "10.0.0.1", "mac": "02:00:00:00:00:01"}],
+                                    "links": [{"a": "h1", "a_port": 0, "b": "s1", "b_port": 1,
+                                               "capacity_mbps": 10}]}}, "lessor": lessor}
+    with pytest.raises(config.ConfigError) as exc:
+        config.from_data(data)
+    assert any(p.startswith(name) for p in exc.value.problems), exc.value.problems
 
 
 def test_a_failing_round_is_logged_counted_and_the_next_one_runs():

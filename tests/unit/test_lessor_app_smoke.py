@@ -8,19 +8,17 @@ import pytest
 from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from apps.lessor.app import LessorApp, load_settings
+from apps.lessor.app import LessorApp
 from controller.network_view import NetworkView
 from mininet_topos import builders
 from tests.unit.test_apps_smoke import Msg, RecordingDatapath
 
 
 @pytest.fixture
-def app(tmp_path, monkeypatch):
+def app(tmp_path, app_config):
     topo = builders.fattree(4, link_mbps=10)
-    topo.save(tmp_path / "t.json")
-    monkeypatch.setenv("BWFABRIC_TOPOLOGY", str(tmp_path / "t.json"))
-    monkeypatch.setenv("BWFABRIC_STATE_FILE", str(tmp_path / "state.json"))
-    monkeypatch.setenv("BWFABRIC_LESSOR", json.dumps({"min_s": 0.5, "epsilon": 0.05}))
+    app_config(topo, controller={"routing": "lessor", "state_file": str(tmp_path / "state.json")},
+               lessor={"epsilon": 0.05, "polling": {"min_s": 0.5}})
     return LessorApp(), NetworkView(topo), tmp_path
 
 
@@ -61,13 +59,9 @@ def test_handlers(app):
     assert "e0_0" not in inst.datapaths
 
 
-def test_settings_are_validated():
-    cfg, eps = load_settings('{"min_s": 1, "max_s": 30, "epsilon": 0.1}')
-    assert cfg.min_s == 1 and cfg.max_s == 30 and eps == 0.1
-    with pytest.raises(ValueError, match="unknown keys \\['colour'\\]"):
-        load_settings('{"colour": 1}')
-    with pytest.raises(ValueError, match="lower"):
-        load_settings('{"lower": 0.9}')
-    with pytest.raises(ValueError, match="JSON object"):
-        load_settings('[1]')
-    assert load_settings(None)[0] is None and load_settings('{"epsilon": 0.1}') == (None, 0.1)
+def test_settings_come_from_the_configuration(tmp_path, app_config):
+    app_config(builders.fattree(4, link_mbps=10), routing="lessor",
+               lessor={"epsilon": 0.1, "long_flow_bytes": 5000, "polling": {"min_s": 1, "max_s": 30}})
+    inst = LessorApp()
+    assert inst.lessor.epsilon == 0.1 and inst.lessor.table.long_bytes == 5000
+    assert (inst.lessor.polling.config.min_s, inst.lessor.polling.config.max_s) == (1, 30)

@@ -138,15 +138,21 @@ def test_tor_meters_cap_bg_from_hosts_with_a_guarantee():
 
 
 def test_bad_guarantees_are_refused_naming_them():
-    from apps.prio_queues.app import logic_from_env
     view = NetworkView(builders.bgwc_testbed(link_mbps=100))
     with pytest.raises(ValueError) as exc:
         PrioQueuesLogic(view, {"s9": 10, "s1": -1, "s2": 500, "sl": 5})
     for part in ("'s9' is not a host", "s1: guarantee -1", "s2: guarantee 500 Mb/s exceeds", "'sl' is not a host"):
         assert part in str(exc.value)
-    with pytest.raises(ValueError, match="BWFABRIC_PRIO_QUEUES"):
-        logic_from_env(view, '{"guarantee": {}}')
-    assert logic_from_env(view, '{"guarantees_mbps": {"s1": 35}}').guarantees == {"s1": 35}
+
+
+def test_the_meters_come_from_the_declared_tenants(app_config):
+    from apps.prio_queues.app import PrioQueuesApp
+    app_config(builders.bgwc_testbed(link_mbps=100), controller={"routing": "single_path"},
+               agents={"master_key_file": "/nonexistent", "address_template": "unix:/x/{host}.sock"},
+               tenants={"t": {"vms": {"v1": {"host": "s1", "guarantee_mbps": 35},
+                                      "v2": {"host": "s5", "guarantee_mbps": 20}}}},
+               prio_queues={"meter_headroom": 1.1})
+    assert PrioQueuesApp().logic.guarantees == {"s1": pytest.approx(38.5), "s5": pytest.approx(22)}
 
 
 def test_wc_aqm_parameters_and_map_value_layout():

@@ -1,0 +1,413 @@
+"""The controller owns the host agents: one session per declared agent.
+
+Each session keeps one persistent connection to its agent (the
+authenticated channel of :mod:`hostagent.channel`) and one sender thread,
+so a slow or dead agent blocks nobody but itself. A session holds
+
+- the host's **desired configuration** (full state, derived from the
+  declared tenants by :mod:`controller.tenancy`) with the controller's
+  generation and the configuration version it last changed in. It is
+  pushed when it changes, and again on every (re)connect -- an agent that
+  restarted, or a connection that broke, just gets the whole state again;
+- an **ordered queue** of other control messages, sent in order;
+- a **latest-value slot** for rate factors (LRC): a new value replaces one
+  not yet sent, so a slow agent gets the freshest factors, never a backlog.
+
+Between pushes the session asks for the agent's status every
+``status_interval_s`` (what is in force, read back from the kernel; this
+also keeps the connection from idling out), and notices at once when the
+agent closes the connection (it restarted): it reconnects with back-off
+(``retry_s`` doubling up to ``MAX_RETRY_S``) and pushes.
+
+Everything a session knows is in :meth:`Session.state` (connected, the
+version in force at the agent, last error, pushes, failures, config age),
+exported by the API and the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+from controller import tenancy
+from controller.config import Loaded
+from controller.loops import LoopGuard
+from hostagent.channel import ChannelError, host_key, load_secret
+from hostagent.client import AgentClient
+from hostagent.plan import CLASS_BG, CLASS_WC, MAX_PAIRS, PAIR_CLASS_BASE
+from hostagent.transport import FrameError
+
+log = logging.getLogger("bwfabric.agents")
+MAX_RETRY_S = 2.0
+EXPECTED = (OSError, ConnectionError, FrameError, ChannelError)    # socket.timeout is an OSError
+
+
+@dataclass
+class AgentState:
+    host: str
+    address: str
+    connected: bool = False
+    desired_version: int = 0          # the configuration version of the desired state
+    version_in_force: int | None = None   # what the agent last confirmed (None: nothing yet)
+    generation_in_force: int | None = None
+    in_force: bool | None = None      # the agent's read-back: kernel == its configuration
+    differences: int = 0
+    degraded: str | None = None
+    last_error: str | None = None
+    config_pushed_at: float | None = None   # wall clock of the last confirmed push
+    pushes: int = 0
+    push_failures: int = 0
+    refusals: int = 0                 # pushes the agent answered with ok: false
+    rate_pushes: int = 0
+    messages: int = 0
+    connects: int = 0
+    status_at: float | None = None
+    class_bytes: dict = field(default_factory=dict)    # HTB class -> bytes, at status_at
+    bg_rate_bps: float | None = None   # BG leaving the host between the last two status replies
+    wc_rate_bps: float | None = None
+
+
+class Session:
+    def __init__(self, endpoint: tenancy.Endpoint, key: bytes | None, generation: int, timeout_s: float = 5.0,
+                 retry_s: float = 0.25, status_interval_s: float = 5.0, key_error: str | None = None):
+        self.endpoint = endpoint
+        self.generation = generation
+        self.client = AgentClient(endpoint.address, endpoint.host, key or b"\0" * 32, timeout=timeout_s)
+        self.key_ok = key is not None
+        self.retry_s, self.status_interval_s = retry_s, status_interval_s
+        self.cond = threading.Condition()
+        self.desired: dict | None = None
+        self.need_push = False
+        self.queue: deque[tuple[str, dict]] = deque()
+        self.rates: dict | None = None
+        self.stopping = False
+        self.st = AgentState(endpoint.host, endpoint.address, last_error=key_error)
+        self.guard = LoopGuard(log)
+        self.thread = threading.Thread(target=self._run, name=f"agent-{endpoint.host}", daemon=True)
+
+    # ---- what the controller asks for (any thread; never blocks on the agent) -----------------
+    def set_config(self, version: int, cfg: dict | None) -> None:
+        with self.cond:
+            self.desired, self.st.desired_version, self.need_push = cfg, version, True
+            self.cond.notify()
+
+    def send(self, msg_type: str, body: dict) -> None:
+        with self.cond:
+            self.queue.append((msg_type, body))
+            self.cond.notify()
+
+    def push_rates(self, body: dict) -> None:
+        with self.cond:
+            self.rates = body
+            self.cond.notify()
+
+    def start(self) -> "Session":
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+        self.thread.join(timeout)
+        self.client.close()
+
+    def state(self) -> dict:
+        with self.cond:
+            return asdict(self.st)
+
+    # ---- the sender thread ----------------------------------------------------------------------
+    def _has_work(self) -> bool:
+        return self.need_push or bool(self.queue) or self.rates is not None
+
+    def _run(self) -> None:
+        self.backoff, self.next_connect, self.next_status = self.retry_s, 0.0, 0.0
+        while True:
+            with self.cond:
+                if self.stopping:
+                    return
+                if not self._has_work():
+                    now = time.monotonic()
+                    # connected: look at the socket every 50 ms (an agent that restarted has closed it)
+                    wait = min(0.05, self.next_status - now) if self.client.connected else self.next_connect - now
+                    if wait > 0:
+                        self.cond.wait(wait)
+                if self.stopping:
+                    return
+            if not self.key_ok:
+                with self.cond:
+                    self.cond.wait(1.0)
+                continue
+            ok, _ = self.guard.run("session", self._step)
+            if not ok:                     # a bug, logged with its traceback: start afresh after a pause
+                self._disconnected(f"internal error: {self.guard.stats['session'].last_error}")
+                self.next_connect = time.monotonic() + MAX_RETRY_S
+
+    def _step(self) -> None:
+        """Connect if needed, then push what is pending and ask for status
+        when due. Expected failures (the agent is down, restarted, timed out,
+        sent garbage) end the connection and schedule a reconnect."""
+        now = time.monotonic()
+        if not self.client.connected or self.client.peer_closed():
+            if self.st.connected:
+                self._disconnected("the agent closed the connection")
+            if now < self.next_connect:
+                return
+            try:
+                self.client.connect()
+            except OSError as exc:
+                self.next_connect = now + self.backoff
+                self.backoff = min(MAX_RETRY_S, self.backoff * 2)
+                self._error(f"cannot reach {self.endpoint.address}: {exc}")
+                return
+            self.backoff = self.retry_s
+            with self.cond:
+                self.st.connected, self.st.connects = True, self.st.connects + 1
+                self.need_push = self.need_push or self.st.desired_version > 0   # a reconnect is a push
+            self.next_status = 0.0
+        try:
+            self._round()
+            if time.monotonic() >= self.next_status:
+                self.next_status = time.monotonic() + self.status_interval_s
+                self._status()
+        except EXPECTED as exc:
+            self._disconnected(f"{type(exc).__name__}: {exc}")
+            self.next_connect = time.monotonic() + self.backoff
+
+    def _round(self) -> None:
+        with self.cond:
+            push = self.need_push
+            cfg, version = self.desired, self.st.desired_version
+        if push:
+            body = {"generation": self.generation, "version": version, "config": cfg}
+            try:
+                reply = self.client.request("config", body)
+            except BaseException:
+                with self.cond:
+                    self.st.push_failures += 1
+                raise
+            with self.cond:
+                if self.st.desired_version == version:
+                    self.need_push = False
+                if reply.get("ok"):
+                    self.st.pushes += 1
+                    self.st.version_in_force, self.st.generation_in_force = version, self.generation
+                    self.st.config_pushed_at, self.st.last_error = time.time(), None
+                else:
+                    self.st.refusals += 1
+                    self.st.last_error = f"agent refused version {version}: {reply.get('error')}"
+                    log.error("agent %s: %s", self.endpoint.host, self.st.last_error)
+        while True:
+            with self.cond:
+                if not self.queue:
+                    break
+                msg_type, body = self.queue[0]
+            reply = self.client.request(msg_type, body)
+            with self.cond:
+                self.queue.popleft()
+                self.st.messages += 1
+                if not reply.get("ok"):
+                    self.st.last_error = f"agent refused {msg_type}: {reply.get('error')}"
+        with self.cond:
+            rates, self.rates = self.rates, None
+        if rates is not None:
+            try:
+                reply = self.client.request("rates", {"generation": self.generation, **rates})
+            except BaseException:
+                with self.cond:
+                    if self.rates is None:      # keep the newest: a newer value may have arrived meanwhile
+                        self.rates = rates
+                raise
+            with self.cond:
+                self.st.rate_pushes += 1
+                if not reply.get("ok"):
+                    self.st.last_error = f"agent refused rates: {reply.get('error')}"
+
+    def _status(self) -> None:
+        reply = self.client.request("status", {})
+        with self.cond:
+            now = time.time()
+            counts = reply.get("class_bytes") or {}
+            if self.st.status_at is not None and counts and self.st.class_bytes:
+                dt = now - self.st.status_at
+                self.st.bg_rate_bps = _rate(self.st.class_bytes, counts, dt, is_bg_class)
+                self.st.wc_rate_bps = _rate(self.st.class_bytes, counts, dt, lambda c: c == CLASS_WC)
+            self.st.class_bytes = counts if isinstance(counts, dict) else {}
+            self.st.status_at = now
+            self.st.in_force = reply.get("in_force")
+            self.st.differences = len(reply.get("differences") or [])
+            self.st.degraded = reply.get("degraded")
+            if reply.get("generation") == self.generation and reply.get("version") is not None:
+                self.st.version_in_force = reply.get("version")
+            elif reply.get("ok") and reply.get("generation") != self.generation and self.st.desired_version > 0:
+                self.need_push = True   # the agent holds another generation's config, or none (it restarted)
+
+    def _disconnected(self, why: str | None) -> None:
+        self.client.close()
+        with self.cond:
+            if self.st.connected:
+                log.warning("agent %s: disconnected (%s)", self.endpoint.host, why)
+            self.st.connected = False
+            self.st.last_error = why
+            self.need_push = self.need_push or self.st.desired_version > 0
+
+    def _error(self, why: str) -> None:
+        with self.cond:
+            if self.st.last_error != why:
+                log.warning("agent %s: %s", self.endpoint.host, why)
+            self.st.last_error = why
+
+
+def is_bg_class(classid: str) -> bool:
+    """The hose class and the per-destination (pipe) classes carry BG."""
+    if classid == CLASS_BG:
+        return True
+    major, _, minor = classid.partition(":")
+    try:
+        return major == "1" and PAIR_CLASS_BASE <= int(minor, 16) < PAIR_CLASS_BASE + MAX_PAIRS
+    except ValueError:
+        return False
+
+
+def _rate(before: dict, after: dict, dt: float, which) -> float | None:
+    """bits/s through the classes ``which`` selects; None over a reset or no time."""
+    if dt <= 0:
+        return None
+    total = 0
+    for cls, n in after.items():
+        if which(cls) and isinstance(n, int):
+            prev = before.get(cls, 0)
+            if not isinstance(prev, int) or n < prev:
+                return None            # counters restarted (the class was rebuilt)
+            total += n - prev
+    return total * 8 / dt
+
+
+def _keys(loaded: Loaded, endpoints: dict[str, tenancy.Endpoint]) -> dict[str, tuple[bytes | None, str | None]]:
+    master, master_error = None, None
+    master_file = tenancy.master_key_file(loaded)
+    if master_file and any(e.key_file is None for e in endpoints.values()):
+        try:
+            master = load_secret(master_file, private=True)
+        except (OSError, ChannelError) as exc:
+            master_error = f"master key {master_file}: {exc}"
+    out = {}
+    for host, e in endpoints.items():
+        if e.key_file is not None:
+            try:
+                out[host] = (load_secret(e.key_file, private=True), None)
+            except (OSError, ChannelError) as exc:
+                out[host] = (None, f"key {e.key_file}: {exc}")
+        elif master is not None:
+            out[host] = (host_key(master, host), None)
+        else:
+            out[host] = (None, master_error or "no key: set agents.master_key_file or a key_file")
+    return out
+
+
+class AgentSessions:
+    """Every declared agent's session; follows configuration changes with
+    the difference only (new hosts, removed hosts, changed host configs)."""
+
+    def __init__(self, generation: int, **session_options):
+        self.generation = generation
+        self.options = session_options
+        self.sessions: dict[str, Session] = {}
+        self.configs: dict[str, dict] = {}
+        self.lock = threading.Lock()
+
+    def _options(self, loaded: Loaded) -> dict:
+        a = loaded.cfg.agents
+        return {"timeout_s": a.request_timeout_s, "retry_s": a.retry_s, "status_interval_s": a.status_interval_s,
+                **self.options}
+
+    def start(self, loaded: Loaded, version: int) -> "AgentSessions":
+        self.update(None, loaded, version)
+        return self
+
+    def update(self, old: Loaded | None, new: Loaded, version: int) -> dict[str, str]:
+        """Bring the sessions to ``new``; returns host -> what happened."""
+        endpoints = tenancy.agent_endpoints(new)
+        wanted = {h: _as_dict(c) for h, c in tenancy.host_configs(new).items()}
+        changed: dict[str, str] = {}
+        with self.lock:
+            for host in sorted(set(self.sessions) - set(endpoints)):
+                session = self.sessions.pop(host)
+                session.set_config(version, None)     # the agent removes what it put in force...
+                threading.Thread(target=_drain_and_stop, args=(session,), daemon=True).start()
+                self.configs.pop(host, None)
+                changed[host] = "removed"
+            keys = None
+            for host, e in endpoints.items():
+                s = self.sessions.get(host)
+                if s is not None and s.endpoint != e:       # moved or re-keyed: a new session
+                    self.sessions.pop(host).stop()
+                    s = None
+                if s is None:
+                    keys = keys or _keys(new, endpoints)
+                    key, err = keys[host]
+                    s = self.sessions[host] = Session(e, key, self.generation, key_error=err,
+                                                      **self._options(new)).start()
+                    changed[host] = "added"
+                if self.configs.get(host) != wanted.get(host):
+                    self.configs[host] = wanted.get(host)
+                    s.set_config(version, wanted.get(host))
+                    changed.setdefault(host, "changed")
+        return changed
+
+    def states(self) -> list[dict]:
+        with self.lock:
+            sessions = list(self.sessions.values())
+        return [s.state() for s in sessions]
+
+    def samples(self, loaded: Loaded):
+        """Metrics of every session (see controller.metrics)."""
+        now = time.time()
+        vms = loaded.vms()
+        for st in self.states():
+            h = {"host": st["host"]}
+            yield "bwfabric_agent_connected", h, int(st["connected"])
+            yield "bwfabric_agent_in_force", h, int(bool(st["in_force"]))
+            if st["config_pushed_at"] is not None:
+                yield "bwfabric_agent_config_age_seconds", h, now - st["config_pushed_at"]
+            if st["version_in_force"] is not None:
+                yield "bwfabric_agent_config_version", h, st["version_in_force"]
+            for key, name in (("pushes", "bwfabric_agent_pushes"), ("push_failures", "bwfabric_agent_push_failures"),
+                              ("refusals", "bwfabric_agent_refusals"), ("connects", "bwfabric_agent_connects")):
+                yield name, h, st[key]
+            for cls, n in sorted(st["class_bytes"].items()):
+                yield "bwfabric_agent_class_bytes", {**h, "class": cls}, n
+            if st["host"] in vms:
+                tenant, vm, _ = vms[st["host"]]
+                labels = {"tenant": tenant, "vm": vm, "host": st["host"]}
+                if st["bg_rate_bps"] is not None:
+                    yield "bwfabric_tenant_bg_rate_bytes_per_second", labels, st["bg_rate_bps"] / 8
+                if st["wc_rate_bps"] is not None:
+                    yield "bwfabric_tenant_wc_rate_bytes_per_second", labels, st["wc_rate_bps"] / 8
+
+    def session(self, host: str) -> Session | None:
+        with self.lock:
+            return self.sessions.get(host)
+
+    def stop(self) -> None:
+        with self.lock:
+            sessions, self.sessions = list(self.sessions.values()), {}
+        for s in sessions:
+            s.stop()
+
+
+def _drain_and_stop(session: Session, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with session.cond:
+            if not session.need_push:
+                break
+        time.sleep(0.05)
+    session.stop()
+
+
+def _as_dict(cfg) -> dict:
+    return asdict(cfg)
