@@ -9,7 +9,9 @@ so a slow or dead agent blocks nobody but itself. A session holds
   generation and the configuration version it last changed in. It is
   pushed when it changes, and again on every (re)connect -- an agent that
   restarted, or a connection that broke, just gets the whole state again;
-- an **ordered queue** of other control messages, sent in order;
+- configurations reach the agent in version order, and a newer full state
+  supersedes an older one not yet sent (sending the older one first would
+  only put a state in force that is already out of date);
 - a **latest-value slot** for rate factors (LRC): a new value replaces one
   not yet sent, so a slow agent gets the freshest factors, never a backlog.
 
@@ -29,7 +31,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from controller import tenancy
@@ -61,8 +62,8 @@ class AgentState:
     pushes: int = 0
     push_failures: int = 0
     refusals: int = 0                 # pushes the agent answered with ok: false
+    superseded_by: int | None = None  # a newer controller's generation configures the agent: we stop
     rate_pushes: int = 0
-    messages: int = 0
     connects: int = 0
     status_at: float | None = None
     class_bytes: dict = field(default_factory=dict)    # HTB class -> bytes, at status_at
@@ -81,7 +82,6 @@ class Session:
         self.cond = threading.Condition()
         self.desired: dict | None = None
         self.need_push = False
-        self.queue: deque[tuple[str, dict]] = deque()
         self.rates: dict | None = None
         self.stopping = False
         self.st = AgentState(endpoint.host, endpoint.address, last_error=key_error)
@@ -92,11 +92,6 @@ class Session:
     def set_config(self, version: int, cfg: dict | None) -> None:
         with self.cond:
             self.desired, self.st.desired_version, self.need_push = cfg, version, True
-            self.cond.notify()
-
-    def send(self, msg_type: str, body: dict) -> None:
-        with self.cond:
-            self.queue.append((msg_type, body))
             self.cond.notify()
 
     def push_rates(self, body: dict) -> None:
@@ -121,7 +116,7 @@ class Session:
 
     # ---- the sender thread ----------------------------------------------------------------------
     def _has_work(self) -> bool:
-        return self.need_push or bool(self.queue) or self.rates is not None
+        return self.need_push or self.rates is not None
 
     def _run(self) -> None:
         self.backoff, self.next_connect, self.next_status = self.retry_s, 0.0, 0.0
@@ -166,7 +161,8 @@ class Session:
             self.backoff = self.retry_s
             with self.cond:
                 self.st.connected, self.st.connects = True, self.st.connects + 1
-                self.need_push = self.need_push or self.st.desired_version > 0   # a reconnect is a push
+                # a reconnect is a push (unless a newer controller owns the agent)
+                self.need_push = (self.need_push or self.st.desired_version > 0) and self.st.superseded_by is None
             self.next_status = 0.0
         try:
             self._round()
@@ -200,17 +196,9 @@ class Session:
                     self.st.refusals += 1
                     self.st.last_error = f"agent refused version {version}: {reply.get('error')}"
                     log.error("agent %s: %s", self.endpoint.host, self.st.last_error)
-        while True:
-            with self.cond:
-                if not self.queue:
-                    break
-                msg_type, body = self.queue[0]
-            reply = self.client.request(msg_type, body)
-            with self.cond:
-                self.queue.popleft()
-                self.st.messages += 1
-                if not reply.get("ok"):
-                    self.st.last_error = f"agent refused {msg_type}: {reply.get('error')}"
+                    newer = reply.get("max_generation")
+                    if isinstance(newer, int) and newer > self.generation:
+                        self.st.superseded_by = newer     # never push again: that controller owns the agent
         with self.cond:
             rates, self.rates = self.rates, None
         if rates is not None:
@@ -242,7 +230,8 @@ class Session:
             self.st.degraded = reply.get("degraded")
             if reply.get("generation") == self.generation and reply.get("version") is not None:
                 self.st.version_in_force = reply.get("version")
-            elif reply.get("ok") and reply.get("generation") != self.generation and self.st.desired_version > 0:
+            elif (reply.get("ok") and reply.get("generation") != self.generation and self.st.desired_version > 0
+                  and self.st.superseded_by is None):
                 self.need_push = True   # the agent holds another generation's config, or none (it restarted)
 
     def _disconnected(self, why: str | None) -> None:
@@ -252,7 +241,7 @@ class Session:
                 log.warning("agent %s: disconnected (%s)", self.endpoint.host, why)
             self.st.connected = False
             self.st.last_error = why
-            self.need_push = self.need_push or self.st.desired_version > 0
+            self.need_push = (self.need_push or self.st.desired_version > 0) and self.st.superseded_by is None
 
     def _error(self, why: str) -> None:
         with self.cond:

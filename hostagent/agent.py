@@ -88,7 +88,8 @@ class Agent:
                 reply = self._dispatch(msg_type, body)
             except (PlanError, ExecError, ValueError) as exc:
                 log.warning("%s refused: %s", msg_type, exc)
-                reply = {"ok": False, "error": str(exc)}
+                # the highest generation this agent follows: a stale controller learns it is one
+                reply = {"ok": False, "error": str(exc), "max_generation": self.max_generation}
             except Exception as exc:  # noqa: BLE001 - an authenticated bug must not kill the connection
                 log.exception("%s failed", msg_type)
                 reply = {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
@@ -302,6 +303,7 @@ def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc:
     log.info("shutting down: removing what this agent put in force")
     if getattr(agent, "server", None) is not None:
         agent.server.stop.set()
+        agent.server.close_all()
     server.close()
     if listen_address.startswith("unix:"):
         Path(listen_address[5:]).unlink(missing_ok=True)

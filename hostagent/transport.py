@@ -163,6 +163,17 @@ class FrameServer:
     def __post_init__(self) -> None:
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+
+    def close_all(self) -> None:
+        """Close every open connection (shutting down: peers see it at once)."""
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def serve(self, server: socket.socket) -> None:
         server.settimeout(0.5)      # so that ``stop`` is seen
@@ -204,6 +215,7 @@ class FrameServer:
     def _connection(self, conn: socket.socket) -> None:
         with self._lock:
             self.stats.active += 1
+            self._conns.add(conn)
         try:
             idle = self.first_frame_timeout_s
             while not self.stop.is_set():
@@ -227,6 +239,7 @@ class FrameServer:
             _close(conn)
             with self._lock:
                 self.stats.active -= 1
+                self._conns.discard(conn)
             self._slots.release()
 
 

@@ -3,7 +3,6 @@ way the landed code died or went wrong (spoofed sources, a ToR cut off,
 replies from strangers, absurd settings and echo payloads, PMPT inputs) and
 asserts the controller now refuses it by name or routes around it."""
 
-import json
 import math
 import struct
 import time

@@ -1,0 +1,84 @@
+"""Real host agents (the daemon's request handling, channel and transport)
+served on unix sockets inside the test process, for tests of the
+controller's side of the channel. What the agent would do to a kernel is
+recorded instead of done: these tests are about who sends what to whom;
+the kernel side has its own root tests (tests/integration)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from hostagent.agent import Agent
+from hostagent.channel import host_key
+from hostagent.transport import listen
+
+MASTER = bytes(range(32))
+
+
+class RecordingExecutor:
+    def __init__(self):
+        self.applied: list = []
+        self.torn_down = 0
+        self.lock = threading.Lock()
+        self.delay_s = 0.0
+
+    def apply(self, plan) -> int:
+        if self.delay_s:
+            import time
+            time.sleep(self.delay_s)
+        with self.lock:
+            self.applied.append(plan)
+        return len(plan.steps)
+
+    def differences(self, plan) -> list[str]:
+        return []
+
+    def clean_differences(self) -> list[str]:
+        return []
+
+    def teardown(self) -> None:
+        self.torn_down += 1
+
+    def pair_slots(self, dev: str) -> dict:
+        return {}
+
+    def class_bytes(self, dev: str) -> dict:
+        return {}
+
+
+class LocalAgent:
+    """One agent daemon on ``unix:<dir>/<host>.sock``; ``restart`` is a new
+    process's worth of state from the same state directory."""
+
+    def __init__(self, workdir: Path, host: str):
+        self.workdir, self.host = workdir, host
+        self.address = f"unix:{workdir / (host + '.sock')}"
+        self.agent: Agent | None = None
+        self.sock = None
+
+    def start(self) -> "LocalAgent":
+        self.executor = RecordingExecutor()
+        self.agent = Agent(self.host, host_key(MASTER, self.host), self.workdir / f"state-{self.host}",
+                           executor=self.executor)
+        self.sock = listen(self.address)
+        self.thread = threading.Thread(target=self.agent.serve, args=(self.sock,), daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        import time
+        deadline = time.monotonic() + 5
+        while self.agent is not None and getattr(self.agent, "server", None) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.agent is not None and getattr(self.agent, "server", None) is not None:
+            self.agent.server.stop.set()
+            self.agent.server.close_all()
+        if self.sock is not None:
+            self.sock.close()
+            self.thread.join(5)
+        Path(self.address[5:]).unlink(missing_ok=True)
+
+    def restart(self) -> "LocalAgent":
+        self.stop()
+        return self.start()

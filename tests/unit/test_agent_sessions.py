@@ -1,0 +1,154 @@
+"""The controller's agent sessions against real agent daemons (channel,
+transport, request handling) on unix sockets: pushes, re-pushes after an
+agent restart, generations, differences only, a dead agent blocking
+nobody, the latest-value slot."""
+
+import copy
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller import config
+from controller.agent_sessions import AgentSessions
+from hostagent.channel import write_secret
+from tests.unit.agents_inprocess import MASTER, LocalAgent
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTS = ("h1", "h2", "h5")
+
+
+def wait_for(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return time.monotonic()
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def fabric(tmp_path):
+    write_secret(tmp_path / "master.key", MASTER.hex())
+    data = yaml.safe_load((ROOT / "examples" / "fattree4.yaml").read_text())
+    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
+    data["agents"] = {"master_key_file": str(tmp_path / "master.key"),
+                      "address_template": f"unix:{tmp_path}/{{host}}.sock", "status_interval_s": 0.2}
+    data["tenants"] = {"t": {"vms": {f"v{h}": {"host": h, "guarantee_mbps": 2} for h in HOSTS}}}
+    data.pop("api")
+    agents = {h: LocalAgent(tmp_path, h).start() for h in HOSTS}
+    sessions = []
+
+    def make(generation=1000, data_=None):
+        s = AgentSessions(generation)
+        sessions.append(s)
+        return s, config.from_data(copy.deepcopy(data_ or data))
+    yield agents, make, data
+    for s in sessions:
+        s.stop()
+    for a in agents.values():
+        a.stop()
+
+
+def in_force(agent: LocalAgent):
+    return agent.agent.config
+
+
+def test_every_agent_gets_its_configuration_from_the_tenants(fabric):
+    agents, make, _ = fabric
+    sessions, loaded = make()
+    sessions.start(loaded, version=1)
+    wait_for(lambda: all(in_force(a) is not None for a in agents.values()))
+    assert {h: a.agent.config.guarantee_mbps for h, a in agents.items()} == {h: 2 for h in HOSTS}
+    assert all((a.agent.generation, a.agent.version) == (1000, 1) for a in agents.values())
+    wait_for(lambda: all(s["version_in_force"] == 1 and s["in_force"] for s in sessions.states()))
+
+
+def test_a_restarted_agent_gets_its_configuration_back_within_2_s(fabric):
+    agents, make, _ = fabric
+    sessions, loaded = make()
+    sessions.start(loaded, version=1)
+    wait_for(lambda: in_force(agents["h2"]) is not None)
+    agents["h2"].restart()                       # a new daemon: nothing in force
+    t0 = time.monotonic()
+    assert in_force(agents["h2"]) is None
+    took = wait_for(lambda: in_force(agents["h2"]) is not None, timeout=5) - t0
+    print(f"restored in {took * 1000:.0f} ms")
+    assert took < 2.0
+    assert agents["h2"].agent.version == 1
+
+
+def test_a_stale_controller_cannot_overwrite_a_newer_one(fabric):
+    agents, make, data = fabric
+    newer, loaded = make(generation=2000)
+    newer.start(loaded, version=1)
+    wait_for(lambda: all(in_force(a) is not None for a in agents.values()))
+    stale_data = copy.deepcopy(data)
+    stale_data["tenants"]["t"]["vms"]["vh1"]["guarantee_mbps"] = 7
+    stale, stale_loaded = make(generation=1000, data_=stale_data)
+    stale.start(stale_loaded, version=5)
+    wait_for(lambda: any(s["refusals"] for s in stale.states()))
+    assert agents["h1"].agent.config.guarantee_mbps == 2 and agents["h1"].agent.generation == 2000
+    st = next(s for s in stale.states() if s["host"] == "h1")
+    assert "generation 1000 refused" in st["last_error"] and st["superseded_by"] == 2000
+    time.sleep(0.6)                              # three status rounds: the stale session pushes no more
+    assert next(s for s in stale.states() if s["host"] == "h1")["refusals"] == st["refusals"] == 1
+    # ...and after the agent restarts too: the generation is kept in its state directory
+    agents["h1"].restart()
+    wait_for(lambda: in_force(agents["h1"]) is not None)
+    assert agents["h1"].agent.config.guarantee_mbps == 2
+
+
+def test_a_change_is_pushed_to_the_hosts_it_changes_only(fabric):
+    agents, make, data = fabric
+    sessions, loaded = make()
+    sessions.start(loaded, version=1)
+    wait_for(lambda: all(s["pushes"] == 1 for s in sessions.states()) and len(sessions.states()) == 3)
+    changed = copy.deepcopy(data)
+    changed["tenants"]["t"]["vms"]["vh5"]["guarantee_mbps"] = 3
+    del changed["tenants"]["t"]["vms"]["vh2"]
+    what = sessions.update(loaded, config.from_data(changed), version=2)
+    assert what == {"h2": "removed", "h5": "changed"}
+    wait_for(lambda: agents["h5"].agent.config.guarantee_mbps == 3)
+    wait_for(lambda: agents["h2"].agent.config is None)      # its agent removed what it had put in force
+    assert agents["h2"].executor.torn_down == 1
+    pushes = {s["host"]: s["pushes"] for s in sessions.states()}
+    assert pushes == {"h1": 1, "h5": 2}
+    assert len(agents["h1"].executor.applied) == 1
+
+
+def test_a_dead_agent_blocks_nobody(fabric):
+    agents, make, _ = fabric
+    agents["h1"].stop()                         # never comes back
+    agents["h2"].executor.delay_s = 0.3         # slow
+    sessions, loaded = make()
+    sessions.start(loaded, version=1)
+    wait_for(lambda: in_force(agents["h5"]) is not None, timeout=2)
+    st = {s["host"]: s for s in sessions.states()}
+    assert not st["h1"]["connected"] and "cannot reach" in st["h1"]["last_error"]
+    for i in range(200):
+        sessions.session("h5").push_rates({"factors": {"i": i}})
+        sessions.session("h1").push_rates({"factors": {"i": i}})
+    wait_for(lambda: agents["h5"].agent.rates == {"i": 199})
+    assert agents["h5"].agent.rates_received <= 200
+
+
+def test_the_rate_slot_keeps_only_the_newest_value_for_a_slow_agent(fabric):
+    agents, make, _ = fabric
+    sessions, loaded = make()
+    sessions.start(loaded, version=1)
+    wait_for(lambda: in_force(agents["h2"]) is not None)
+    agents["h2"].executor.delay_s = 0.0
+    slow = agents["h2"].agent
+    original = slow.handle
+
+    def slow_handle(raw):
+        time.sleep(0.05)
+        return original(raw)
+    slow.handle = slow_handle
+    slow.server.handler = slow_handle
+    for i in range(100):
+        sessions.session("h2").push_rates({"factors": {"i": i}})
+    wait_for(lambda: slow.rates == {"i": 99})
+    assert slow.rates_received < 20          # a backlog would have delivered all 100
