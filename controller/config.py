@@ -239,7 +239,7 @@ class Api(_Strict):
     @classmethod
     def _listen(cls, v: str) -> str:
         host, sep, port = v.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not port.isdigit() or not 0 <= int(port) < 65536:   # 0: any free port
             raise ValueError(f"{v!r} must be ADDR:PORT")
         ipaddress.ip_address(host.strip("[]"))
         return v

@@ -172,6 +172,13 @@ class FakeNetwork:
     def errors(self) -> dict[str, list[str]]:
         return {n: s.errors for n, s in self.switches.items() if s.errors}
 
+    def tables_snapshot(self) -> dict[str, tuple]:
+        """Per switch: its entries (with the identity of each installed entry,
+        so one that was deleted and added again differs: its counters would
+        have restarted), groups and meters -- to compare before and after."""
+        return {n: (frozenset((k, id(e)) for k, e in s.entries.items()), dict(s.groups), dict(s.meters))
+                for n, s in self.switches.items()}
+
     # ---- packets ------------------------------------------------------------
     def packet(self, src: str, dst: str, proto: str = "tcp", sport: int = 40000,
                dport: int = 80, dscp: int = 0, length: int = 64) -> dict[str, Any]:
