@@ -108,6 +108,64 @@ def _check_config_file(path: str) -> int:
     return 0
 
 
+def _api(args):
+    from bwfabric.client import ApiClient
+    import os
+    path = args.config or os.environ.get("BWFABRIC_CONFIG") or "/etc/bwfabric/bwfabric.yaml"
+    return ApiClient.from_config(path)
+
+
+def cmd_status(args) -> int:
+    """The controller's state as tables, over its API."""
+    from bwfabric.client import ApiClientError, status_text
+    try:
+        api = _api(args)
+        status, agents, tenants = api.get("/v1/status"), api.get("/v1/agents"), api.get("/v1/tenants")
+    except (ApiClientError, OSError) as exc:
+        print(f"bwfabric status: {exc}", file=sys.stderr)
+        return 2
+    print(status_text(status, agents["agents"], tenants["tenants"]))
+    return 0
+
+
+def cmd_tenants(args) -> int:
+    """List, show, put (from a JSON/YAML file) or delete a tenant, over the API."""
+    import yaml
+
+    from bwfabric.client import ApiClientError, table
+    try:
+        api = _api(args)
+        if args.action == "list":
+            tenants = api.get("/v1/tenants")["tenants"]
+            print(table([[t, len(v["vms"]), sum(vm["guarantee_mbps"] for vm in v["vms"].values()), v["policy"]]
+                         for t, v in sorted(tenants.items())], ["tenant", "VMs", "guarantees Mb/s", "policy"]))
+            return 0
+        if not args.name:
+            raise ApiClientError(f"tenants {args.action}: name a tenant")
+        if args.action == "show":
+            print(json.dumps(api.get(f"/v1/tenants/{args.name}"), indent=1))
+        elif args.action == "delete":
+            print(json.dumps(api.delete(f"/v1/tenants/{args.name}")))
+        else:
+            if not args.file:
+                raise ApiClientError("tenants put: give the tenant's definition (--file, JSON or YAML)")
+            print(json.dumps(api.put(f"/v1/tenants/{args.name}", yaml.safe_load(Path(args.file).read_text()))))
+    except (ApiClientError, OSError) as exc:
+        print(f"bwfabric tenants: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_reload(args) -> int:
+    from bwfabric.client import ApiClientError
+    try:
+        print(json.dumps(_api(args).call("POST", "/v1/reload")))
+    except (ApiClientError, OSError) as exc:
+        print(f"bwfabric reload: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_config_reference(args) -> int:
     from controller import config
     print(config.reference_markdown())
@@ -180,6 +238,19 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("files", nargs="*")
     k.add_argument("--builtin", action="store_true", help="also check the built-in topologies")
     k.set_defaults(func=cmd_check_config)
+
+    for name, fn, help_ in (("status", cmd_status, "the controller's configuration, tenants and agents (API)"),
+                            ("reload", cmd_reload, "make the controller read its configuration file again (API)")):
+        q = sub.add_parser(name, help=help_)
+        q.add_argument("--config", help="the controller's configuration (default $BWFABRIC_CONFIG or "
+                       "/etc/bwfabric/bwfabric.yaml): where its API listens and its token")
+        q.set_defaults(func=fn)
+    q = sub.add_parser("tenants", help="list, show, put or delete tenants (API)")
+    q.add_argument("action", choices=("list", "show", "put", "delete"))
+    q.add_argument("name", nargs="?")
+    q.add_argument("--file", help="put: the tenant (JSON or YAML: policy, wc_subflows, vms)")
+    q.add_argument("--config", help="the controller's configuration (as for status)")
+    q.set_defaults(func=cmd_tenants)
 
     r = sub.add_parser("config-reference", help="print the configuration reference (docs/config.md)")
     r.set_defaults(func=cmd_config_reference)

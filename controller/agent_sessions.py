@@ -124,12 +124,15 @@ class Session:
             with self.cond:
                 if self.stopping:
                     return
-                if not self._has_work():
-                    now = time.monotonic()
-                    # connected: look at the socket every 50 ms (an agent that restarted has closed it)
-                    wait = min(0.05, self.next_status - now) if self.client.connected else self.next_connect - now
-                    if wait > 0:
-                        self.cond.wait(wait)
+                now = time.monotonic()
+                if not self.client.connected:        # until the next attempt, whatever is pending
+                    wait = self.next_connect - now
+                elif not self._has_work():           # look at the socket every 50 ms (a restarted agent closed it)
+                    wait = min(0.05, self.next_status - now)
+                else:
+                    wait = 0.0
+                if wait > 0:
+                    self.cond.wait(wait)
                 if self.stopping:
                     return
             if not self.key_ok:
@@ -192,6 +195,8 @@ class Session:
                     self.st.pushes += 1
                     self.st.version_in_force, self.st.generation_in_force = version, self.generation
                     self.st.config_pushed_at, self.st.last_error = time.time(), None
+                    self.st.in_force = None     # unknown until the agent reads its kernel back: ask now
+                    self.next_status = 0.0
                 else:
                     self.st.refusals += 1
                     self.st.last_error = f"agent refused version {version}: {reply.get('error')}"

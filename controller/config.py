@@ -181,6 +181,9 @@ class Agents(_Strict):
     defaults: AgentTuning = Field(default_factory=AgentTuning, description="tuning for every host")
     hosts: dict[Name, AgentHost] = Field(default_factory=dict, description="the agent of each host, by "
                                          "topology host name")
+    unmanaged: list[Name] = Field(default_factory=list, description="hosts whose VMs have no agent (bare metal, "
+                                  "or a host the operator does not run one on): their guarantees count in "
+                                  "admission control and are policed by the ToR meters only")
     address_template: str | None = Field(None, description="the agent address of every VM's host without an "
                                          "entry in agents.hosts, with {host} replaced, e.g. "
                                          "unix:/run/bwfabric/agents/{host}.sock")
@@ -415,13 +418,18 @@ def meaning_problems(cfg: Config, topo: TopologyDescription) -> list[str]:
             problems.append(f"agents.hosts.{h}.key_file: required when agents.master_key_file is absent")
     if cfg.agents.address_template and cfg.agents.master_key_file is None:
         problems.append("agents.master_key_file: required with agents.address_template (keys are derived)")
+    for h in cfg.agents.unmanaged:
+        if h not in hosts:
+            problems.append(f"agents.unmanaged: {h!r} is not a host of the topology")
+        elif h in cfg.agents.hosts:
+            problems.append(f"agents.unmanaged: {h} has an agent in agents.hosts")
     if cfg.tenants and not cfg.agents.address_template:
         for h, where in sorted(taken.items()):
-            if h not in cfg.agents.hosts:
+            if h not in cfg.agents.hosts and h not in cfg.agents.unmanaged:
                 problems.append(f"{where}.host: host {h} has no agent (add agents.hosts.{h} or "
                                 "agents.address_template)")
-    if cfg.controller.state_file is not None and cfg.controller.routing != "lessor":
-        problems.append("controller.state_file: only LESSOR writes a state file (routing: lessor)")
+    if cfg.controller.state_file is not None and cfg.controller.routing not in ("lessor", "hedera"):
+        problems.append("controller.state_file: only LESSOR (and Hedera on its machinery) writes a state file")
     return problems
 
 

@@ -97,7 +97,7 @@ def run(loaded: config.Loaded) -> None:
     c = loaded.cfg.controller
     modules = modules_of(loaded)
     tls = check_tls(c.openflow.tls.model_dump() if c.openflow.tls else None)
-    logging.basicConfig(level=getattr(logging, c.log_level),
+    logging.basicConfig(level=getattr(logging, c.log_level), force=True,   # whatever a library set up before
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log = logging.getLogger("bwfabric")
     rt = runtime.start(loaded)
@@ -166,6 +166,8 @@ def start_services(rt: runtime.Runtime) -> Services:
 def reload_quietly(rt: runtime.Runtime) -> None:
     """SIGHUP: reload; a refused file is logged and counted (runtime), nothing changes."""
     try:
-        rt.reload()
+        result = rt.reload()
     except config.ConfigError:
-        pass
+        return                      # logged and counted by the runtime
+    logging.getLogger("bwfabric").info("SIGHUP: %s", "configuration %s in force (version %d)" % (
+        result["digest"], result["version"]) if result["changed"] else "the file is unchanged")

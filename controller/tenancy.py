@@ -28,9 +28,12 @@ def nic_mbps(topology, host: str) -> float:
 
 
 def host_configs(loaded) -> dict[str, HostConfig]:
-    """host -> its agent's configuration (every host that carries a VM)."""
+    """host -> its agent's configuration (every host that carries a VM and is not unmanaged)."""
     out = {}
+    unmanaged = set(loaded.cfg.agents.unmanaged)
     for host, (tenant_name, _, vm) in sorted(loaded.vms().items()):
+        if host in unmanaged:
+            continue
         tenant = loaded.cfg.tenants[tenant_name]
         entry = loaded.cfg.agents.hosts.get(host)
         tuning = loaded.tuning(host).model_dump()
@@ -57,7 +60,8 @@ def agent_endpoints(loaded) -> dict[str, Endpoint]:
     out = {h: Endpoint(h, e.address, _resolve(loaded, e.key_file)) for h, e in agents.hosts.items()}
     if agents.address_template:
         for host in loaded.vms():
-            out.setdefault(host, Endpoint(host, agents.address_template.replace("{host}", host), None))
+            if host not in agents.unmanaged:
+                out.setdefault(host, Endpoint(host, agents.address_template.replace("{host}", host), None))
     return dict(sorted(out.items()))
 
 

@@ -8,7 +8,6 @@ flowing on the rules already installed, which is worth reporting."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -27,11 +26,11 @@ def record_death(what: str) -> None:
 
 
 class ControllerProcess:
-    def __init__(self, topology_file: Path, apps: list[str], of_port: int, log_file: Path,
-                 cpu_interval: float = 1.0, env: dict[str, str] | None = None):
-        self.env = env
-        self.cmd = [sys.executable, "-m", "bwfabric.cli", "controller", "--topology",
-                    str(topology_file), "--apps", ",".join(apps), "--of-port", str(of_port)]
+    """``bwfabric controller --config FILE`` (see experiments.configs.write)."""
+
+    def __init__(self, config_file: Path, log_file: Path, cpu_interval: float = 1.0):
+        self.config_file = config_file
+        self.cmd = [sys.executable, "-m", "bwfabric.cli", "controller", "--config", str(config_file)]
         self.log_file = log_file
         self.cpu_interval = cpu_interval
         self.proc: subprocess.Popen | None = None
@@ -41,9 +40,8 @@ class ControllerProcess:
         self.died: str | None = None      # set if it exited before stop()
 
     def start(self) -> "ControllerProcess":
-        self._log = open(self.log_file, "w")
-        env = {**os.environ, **self.env} if self.env else None
-        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self._log = open(self.log_file, "a")
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT)
         time.sleep(0.5)
         if self.proc.poll() is not None:
             raise RuntimeError(f"controller exited at once ({self.proc.returncode}); "
@@ -72,10 +70,18 @@ class ControllerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def restart(self) -> None:
+        """Stop (SIGTERM) and start again, as an operator's restart does."""
+        self.stop()
+        self.died = None
+        self._stop = threading.Event()
+        self.cpu_samples = []
+        self.start()
+
     def stop(self) -> None:
         self._stop.set()
         if self.proc and self.proc.poll() is not None and self.died is None:
-            self.died = (f"the controller ({' '.join(self.cmd[4:8])}) exited with {self.proc.returncode} "
+            self.died = (f"the controller ({self.config_file}) exited with {self.proc.returncode} "
                          f"before the run ended; see {self.log_file}")
             record_death(self.died)
         if self.proc and self.proc.poll() is None:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experiments import results as R
+from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from experiments.options import OptionError
@@ -79,8 +80,8 @@ def run(cfg: Config, out_dir: Path) -> dict:
     with Fabric(topo, of_port=cfg.of_port) as fab:
         report["warnings"] = list(fab.warnings)
         fab.clear_forwarding()
-        with ControllerProcess(topo_file, ["lessor"], cfg.of_port, out_dir / "controller.log",
-                               env={"BWFABRIC_STATE_FILE": str(state_file)}) as ctl:
+        conf = configs.write(out_dir / "bwfabric.yaml", topo_file, "lessor", cfg.of_port, state_file=state_file)
+        with ControllerProcess(conf, out_dir / "controller.log") as ctl:
             fab.wait_routes()
             if cfg.kind == "failure":
                 report.update(_failure(fab, topo, cfg, out_dir, state_file))

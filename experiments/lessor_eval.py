@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experiments import results as R
+from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from experiments.options import OptionError
@@ -148,8 +149,9 @@ def _one_run(fab: Fabric, topo_file: Path, app: str, flows, cfg: Config, workdir
     workdir.mkdir(parents=True, exist_ok=True)
     fab.clear_forwarding()
     state_file = workdir / "controller-state.json"
-    with ControllerProcess(topo_file, [app], cfg.of_port, workdir / "controller.log",
-                           env={"BWFABRIC_STATE_FILE": str(state_file)}) as ctl:
+    conf = configs.write(workdir / "bwfabric.yaml", topo_file, app, cfg.of_port,
+                         state_file=state_file if app in ("lessor", "hedera") else None)
+    with ControllerProcess(conf, workdir / "controller.log") as ctl:
         fab.wait_routes()
         t_from = ctl.elapsed()
         wr = run_workload(fab, flows, cfg.duration, workdir, drain_s=cfg.drain)

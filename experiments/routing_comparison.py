@@ -18,6 +18,7 @@ from pathlib import Path
 from apps.routing.logic import DestinationRouting
 from controller.network_view import NetworkView
 from experiments import results as R
+from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from experiments.traffic import run_long_flows, run_workload
@@ -130,9 +131,9 @@ def run(cfg: Config, out_dir: Path) -> dict:
         for app in cfg.apps:
             fab.clear_forwarding()
             app_rep: dict = {"long": {}, "workload": None}
-            env = {"BWFABRIC_STATE_FILE": str(out_dir / f"state-{app}.json")}
-            with ControllerProcess(topo_file, [app], cfg.of_port, out_dir / f"controller-{app}.log",
-                                   env=env) as ctl:
+            conf = configs.write(out_dir / f"bwfabric-{app}.yaml", topo_file, app, cfg.of_port,
+                                 state_file=out_dir / f"state-{app}.json" if app in ("lessor", "hedera") else None)
+            with ControllerProcess(conf, out_dir / f"controller-{app}.log") as ctl:
                 stage(f"{app}: installing routes")
                 t_start = time.monotonic()
                 fab.wait_routes()

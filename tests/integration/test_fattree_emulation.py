@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from mininet_topos import builders
@@ -25,7 +26,8 @@ def running(request, tmp_path_factory):
     topo = builders.fattree(4, link_mbps=LINK_MBPS)
     topo.save(work / "topo.json")
     fab = Fabric(topo, of_port=OF_PORT).start()
-    ctl = ControllerProcess(work / "topo.json", [app], OF_PORT, work / "controller.log").start()
+    ctl = ControllerProcess(configs.write(work / "bwfabric.yaml", work / "topo.json", app, OF_PORT),
+                            work / "controller.log").start()
     try:
         fab.wait_routes(90)
         yield app, fab, ctl

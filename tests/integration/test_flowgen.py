@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from experiments.flowgen import SLOT_S
@@ -24,7 +25,8 @@ def star(tmp_path_factory):
     topo = builders.star(3, link_mbps=20)
     topo.save(work / "topo.json")
     fab = Fabric(topo, of_port=OF_PORT).start()
-    ctl = ControllerProcess(work / "topo.json", ["single_path"], OF_PORT, work / "ctl.log").start()
+    ctl = ControllerProcess(configs.write(work / "bwfabric.yaml", work / "topo.json", "single_path", OF_PORT),
+                            work / "ctl.log").start()
     try:
         fab.wait_routes(60)
         yield fab, work

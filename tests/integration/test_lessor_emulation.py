@@ -11,6 +11,7 @@ import time
 import pytest
 
 from controller.network_view import NetworkView
+from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from experiments.traffic import run_long_flows
@@ -26,9 +27,9 @@ def test_lessor_detects_installs_and_carries_long_flows(tmp_path):
     topo.save(tmp_path / "topo.json")
     fab_view = NetworkView(topo)
     state_file = tmp_path / "state.json"
-    env = {"BWFABRIC_STATE_FILE": str(state_file), "BWFABRIC_LESSOR": json.dumps({"min_s": 0.5})}
-    with Fabric(topo, of_port=OF_PORT) as fab, \
-            ControllerProcess(tmp_path / "topo.json", ["lessor"], OF_PORT, tmp_path / "ctl.log", env=env):
+    conf = configs.write(tmp_path / "bwfabric.yaml", tmp_path / "topo.json", "lessor", OF_PORT,
+                         state_file=state_file, lessor={"polling": {"min_s": 0.5}})
+    with Fabric(topo, of_port=OF_PORT) as fab, ControllerProcess(conf, tmp_path / "ctl.log"):
         fab.wait_routes(90)
         box = {}
         runner = threading.Thread(target=lambda: box.update(r=run_long_flows(fab, PAIRS, duration_s=12, omit_s=3)))

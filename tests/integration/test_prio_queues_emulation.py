@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from mininet_topos import builders
@@ -37,7 +38,8 @@ def test_bg_keeps_the_port_and_wc_gets_the_rest(tmp_path):
     topo = builders.star(2, link_mbps=10)
     topo.save(tmp_path / "topo.json")
     with Fabric(topo, of_port=OF_PORT, queues="tc") as fab, \
-            ControllerProcess(tmp_path / "topo.json", ["ecmp", "prio_queues"], OF_PORT, tmp_path / "ctl.log"):
+            ControllerProcess(configs.write(tmp_path / "bwfabric.yaml", tmp_path / "topo.json", "ecmp", OF_PORT,
+                                            prio_queues=True), tmp_path / "ctl.log"):
         fab.wait_routes(60)
         marked = _pair_goodput(fab, 0x20)
         disguised = _pair_goodput(fab, 0xB8)

@@ -252,9 +252,31 @@ def test_bgwc_config_refuses_bad_options_by_name():
     Config(queue_kb=10, mtu=1500).check()       # two 1500-byte packets fit in 10 KB
     Config(rcvbuf_initial_kb=0).check()         # 0: the agents' default
     Config(rtt_hint_ms=0).check()
-    from experiments.bgwc import _rcvbuf
-    assert _rcvbuf(Config(rcvbuf_initial_kb=0, rtt_hint_ms=0)) == {}          # the agents' own defaults
-    assert _rcvbuf(Config(rcvbuf_initial_kb=8192, rtt_hint_ms=200)) == {"rcvbuf_initial_kb": 8192, "rtt_hint_ms": 200}
+    from experiments.bgwc import agent_defaults
+    assert not {"rcvbuf_initial_kb", "rtt_hint_ms", "rto_min_ms"} & set(agent_defaults(
+        Config(rcvbuf_initial_kb=0, rtt_hint_ms=0)))                          # the agents' own defaults
+    got = agent_defaults(Config(rcvbuf_initial_kb=8192, rtt_hint_ms=200, link_mbps=60))
+    assert (got["rcvbuf_initial_kb"], got["rtt_hint_ms"], got["unit_mbps"]) == (8192, 200, pytest.approx(4.5))
+
+
+@pytest.mark.parametrize("kind", ["fig12", "table3", "adversarial"])
+def test_bgwc_configures_bwfabric_through_a_config_file_that_passes_its_checks(tmp_path, kind):
+    from controller import config, tenancy
+    from experiments.bgwc import Config, pair_tenants, write_config
+    from mininet_topos import builders
+    cfg = Config(kind=kind, link_mbps=60)
+    builders.bgwc_testbed(link_mbps=60).save(tmp_path / "topology.json")
+    path, unmanaged = write_config(cfg, tmp_path, 18080)
+    loaded = config.load(path)
+    assert (tuple(loaded.cfg.agents.unmanaged), bool(tenancy.meter_rates(loaded))) == (
+        (("s4",), True) if kind == "adversarial" else ((), kind != "table3"))
+    assert "s4" not in tenancy.host_configs(loaded) if kind == "adversarial" else True
+    # every Table 3 row is admitted; a row's "off" sender has no tenant
+    for row in ((400, 200, 200), (400, 200, None)):
+        g = {s: (r or 0) * cfg.scale for s, r in zip(("s1", "s2", "s3"), row)}
+        tenants = pair_tenants(cfg, g, explicit={s: 1.0 for s in g})
+        assert config.from_data({**loaded.raw, "tenants": tenants}).cfg.tenants.keys() == {
+            f"p{s[1:]}" for s, v in g.items() if v}
 
 
 SS_STALL = """ESTAB 0 2895360 10.0.0.1:48252 10.0.0.5:7100

@@ -1,0 +1,59 @@
+"""Experiments configure bwfabric the way an operator does: a configuration
+file for the controller (:func:`write`), then the API (:class:`ApiClient`,
+the same client as ``bwfabric status``) for changes during a run."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import yaml
+
+from bwfabric.client import ApiClient  # noqa: F401 (re-exported for experiments)
+
+
+def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_queues: bool = False,
+          state_file: Path | None = None, lessor: dict | None = None, tenants: dict | None = None,
+          agents_dir: Path | None = None, agent_defaults: dict | None = None, api_port: int | None = None,
+          prio: dict | None = None, admission_mu: float | None = None, port_stats_s: float | None = None) -> Path:
+    """A configuration file for one run. With ``agents_dir``, every VM's
+    host has an agent at ``unix:<agents_dir>/<host>.sock`` whose key derives
+    from ``<agents_dir>/master.key`` (created here); with ``api_port``, the
+    API listens on 127.0.0.1 with a fresh token in ``<dir>/api.token``."""
+    data: dict = {"fabric": {"topology": str(Path(topology_file).resolve())},
+                  "controller": {"routing": routing, "prio_queues": prio_queues,
+                                 "openflow": {"listen": "127.0.0.1", "port": of_port}}}
+    if state_file is not None:
+        data["controller"]["state_file"] = str(state_file)
+    if port_stats_s is not None:
+        data["controller"]["port_stats_s"] = port_stats_s
+    if lessor:
+        data["lessor"] = lessor
+    if prio:
+        data["prio_queues"] = prio
+    if admission_mu is not None:
+        data["admission"] = {"mu": admission_mu}
+    if tenants:
+        data["tenants"] = tenants
+    if agents_dir is not None:
+        agents_dir.mkdir(parents=True, exist_ok=True)
+        master = agents_dir / "master.key"
+        if not master.exists():
+            _secret(master, secrets.token_hex(32))
+        data["agents"] = {"master_key_file": str(master), "address_template": f"unix:{agents_dir}/{{host}}.sock",
+                          "status_interval_s": 1.0, **({"defaults": agent_defaults} if agent_defaults else {})}
+    if api_port is not None:
+        token = path.parent / "api.token"
+        if not token.exists():
+            _secret(token, secrets.token_hex(24))
+        data["api"] = {"listen": f"127.0.0.1:{api_port}", "token_file": str(token),
+                       "state_file": str(path.parent / "api-state.yaml")}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
