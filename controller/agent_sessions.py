@@ -19,7 +19,8 @@ Between pushes the session asks for the agent's status every
 ``status_interval_s`` (what is in force, read back from the kernel; this
 also keeps the connection from idling out), and notices at once when the
 agent closes the connection (it restarted): it reconnects with back-off
-(``retry_s`` doubling up to ``MAX_RETRY_S``) and pushes.
+(``retry_s`` doubling up to ``MAX_RETRY_S``, half a second: a connection
+attempt costs little, and a restarted agent is found fast) and pushes.
 
 Everything a session knows is in :meth:`Session.state` (connected, the
 version in force at the agent, last error, pushes, failures, config age),
@@ -42,7 +43,7 @@ from hostagent.plan import CLASS_BG, CLASS_WC, MAX_PAIRS, PAIR_CLASS_BASE
 from hostagent.transport import FrameError
 
 log = logging.getLogger("bwfabric.agents")
-MAX_RETRY_S = 2.0
+MAX_RETRY_S = 0.5    # a restarted agent is found within half a second of listening
 EXPECTED = (OSError, ConnectionError, FrameError, ChannelError)    # socket.timeout is an OSError
 
 
@@ -73,7 +74,7 @@ class AgentState:
 
 class Session:
     def __init__(self, endpoint: tenancy.Endpoint, key: bytes | None, generation: int, timeout_s: float = 5.0,
-                 retry_s: float = 0.25, status_interval_s: float = 5.0, key_error: str | None = None):
+                 retry_s: float = 0.1, status_interval_s: float = 5.0, key_error: str | None = None):
         self.endpoint = endpoint
         self.generation = generation
         self.client = AgentClient(endpoint.address, endpoint.host, key or b"\0" * 32, timeout=timeout_s)

@@ -198,7 +198,7 @@ class Agents(_Strict):
         return v
 
     request_timeout_s: float = Field(5.0, gt=0, le=120, description="an agent's reply must come within this")
-    retry_s: float = Field(0.25, gt=0, le=2, description="first reconnect delay (doubling, at most 2 s)")
+    retry_s: float = Field(0.1, gt=0, le=0.5, description="first reconnect delay (doubling, at most 0.5 s)")
     status_interval_s: float = Field(5.0, gt=0, le=280, description="ask each agent for its status (read back "
                                      "from its kernel) this often; keeps the connection from idling out")
 

@@ -38,6 +38,7 @@ class ControllerProcess:
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
         self.died: str | None = None      # set if it exited before stop()
+        self._terminated = False          # stop() ended it
 
     def start(self) -> "ControllerProcess":
         self._log = open(self.log_file, "a")
@@ -71,20 +72,21 @@ class ControllerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def restart(self) -> None:
-        """Stop (SIGTERM) and start again, as an operator's restart does."""
+        """Stop (SIGTERM) if running, and start again, as an operator's restart does."""
         self.stop()
-        self.died = None
         self._stop = threading.Event()
         self.cpu_samples = []
+        self._terminated = False
         self.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self.proc and self.proc.poll() is not None and self.died is None:
+        if self.proc and self.proc.poll() is not None and self.died is None and not self._terminated:
             self.died = (f"the controller ({self.config_file}) exited with {self.proc.returncode} "
                          f"before the run ended; see {self.log_file}")
             record_death(self.died)
         if self.proc and self.proc.poll() is None:
+            self._terminated = True
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(5)
