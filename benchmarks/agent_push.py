@@ -1,0 +1,129 @@
+"""How fast the controller's agent sessions push rate factors (LRC's path)
+to many agents, and whether a dead or hung agent slows the others.
+
+N real agent daemons (``bwfabric agent``, separate processes, unix
+sockets, their own keys) and one controller-side session each. For each
+phase of ``--seconds``, a producer offers every session a new rate-factor
+message every ``--period-ms`` (latest value wins); the figure is what the
+agents confirmed:
+
+- ``all up``: every agent alive;
+- ``one hung``: one agent stopped with SIGSTOP (its connection stays open,
+  nothing answers: the worst case for a sender that waits);
+- ``one dead``: that agent killed (connection refused from then on).
+
+Printed per phase: confirmed pushes/s over all live agents, the slowest
+live agent's pushes/s, and the mean delivered period per agent. Run:
+``python -m benchmarks.agent_push --agents 64``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from controller.agent_sessions import Session
+from controller.tenancy import Endpoint
+from hostagent.channel import host_key, write_secret
+
+
+def start_agents(workdir: Path, n: int, master: bytes) -> dict[str, subprocess.Popen]:
+    procs = {}
+    for i in range(n):
+        h = f"h{i + 1}"
+        write_secret(workdir / f"{h}.key", host_key(master, h).hex())
+        procs[h] = subprocess.Popen(
+            [sys.executable, "-m", "bwfabric.cli", "agent", "--host", h, "--key-file", str(workdir / f"{h}.key"),
+             "--listen", f"unix:{workdir}/{h}.sock", "--state-dir", str(workdir / f"state-{h}")],
+            stdout=subprocess.DEVNULL, stderr=open(workdir / f"{h}.log", "w"))
+    deadline = time.monotonic() + 120
+    for h in procs:
+        while not (workdir / f"{h}.sock").exists():
+            if time.monotonic() > deadline or procs[h].poll() is not None:
+                raise SystemExit(f"agent {h} did not start: {(workdir / f'{h}.log').read_text()[-500:]}")
+            time.sleep(0.05)
+    return procs
+
+
+def phase(sessions: dict[str, Session], live: list[str], seconds: float, period_s: float) -> dict:
+    before = {h: sessions[h].state()["rate_pushes"] for h in sessions}
+    t0 = time.monotonic()
+    k = 0
+    while time.monotonic() - t0 < seconds:
+        k += 1
+        for s in sessions.values():
+            s.push_rates({"factors": {"k": k}})
+        time.sleep(max(0.0, t0 + k * period_s - time.monotonic()))
+    dt = time.monotonic() - t0
+    got = {h: sessions[h].state()["rate_pushes"] - before[h] for h in sessions}
+    rates = [got[h] / dt for h in live]
+    return {"pushes_per_s": sum(rates), "slowest_agent_per_s": min(rates), "offered_per_agent_per_s": k / dt,
+            "mean_period_ms": 1000 * len(live) * dt / max(1, sum(got[h] for h in live))}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--agents", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--period-ms", type=float, default=0.0, help="0: offer as fast as the producer can")
+    args = ap.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="bwfabric-push-"))
+    master = secrets.token_bytes(32)
+    procs = {}
+    sessions: dict[str, Session] = {}
+    try:
+        t = time.monotonic()
+        procs = start_agents(workdir, args.agents, master)
+        print(f"{args.agents} agent processes listening after {time.monotonic() - t:.1f} s")
+        for h in procs:
+            sessions[h] = Session(Endpoint(h, f"unix:{workdir}/{h}.sock", None), host_key(master, h),
+                                  generation=time.time_ns(), timeout_s=2.0, status_interval_s=60).start()
+        deadline = time.monotonic() + 30
+        while not all(s.state()["connected"] for s in sessions.values()):
+            if time.monotonic() > deadline:
+                raise SystemExit("sessions did not connect")
+            time.sleep(0.05)
+        hosts = sorted(sessions, key=lambda h: int(h[1:]))
+        victim = hosts[0]
+        period = args.period_ms / 1000
+        rows = [("all up", phase(sessions, hosts, args.seconds, period))]
+        os.kill(procs[victim].pid, signal.SIGSTOP)
+        rows.append(("one hung (SIGSTOP)", phase(sessions, hosts[1:], args.seconds, period)))
+        os.kill(procs[victim].pid, signal.SIGKILL)
+        rows.append(("one dead (SIGKILL)", phase(sessions, hosts[1:], args.seconds, period)))
+        print(f"\nrate-factor pushes confirmed by the agents ({args.agents} agents, {args.seconds:g} s per phase, "
+              f"{'as fast as offered' if not period else f'offered every {args.period_ms:g} ms'}):")
+        print(f"{'phase':<22}{'pushes/s':>10}{'slowest live agent/s':>22}{'mean period ms':>16}")
+        for name, r in rows:
+            print(f"{name:<22}{r['pushes_per_s']:>10.0f}{r['slowest_agent_per_s']:>22.1f}{r['mean_period_ms']:>16.1f}")
+        ratio = rows[1][1]["slowest_agent_per_s"] / rows[0][1]["slowest_agent_per_s"]
+        print(f"slowest live agent with one hung / all up: {ratio:.2f}")
+    finally:
+        for s in sessions.values():
+            s.stop(timeout=3)
+        for p in procs.values():
+            try:
+                p.send_signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            if p.poll() is None:
+                p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
