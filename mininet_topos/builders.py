@@ -65,10 +65,14 @@ class _Builder:
 
 
 def fattree(k: int = 4, link_mbps: float = 10.0, mtu: int = JUMBO_MTU,
-            queue_bytes: int | None = DEFAULT_QUEUE_BYTES) -> TopologyDescription:
+            queue_bytes: int | None = DEFAULT_QUEUE_BYTES, fabric_mbps: float | None = None) -> TopologyDescription:
     """Al-Fares fat-tree: k pods of k/2 edge + k/2 aggregation switches,
     (k/2)^2 cores, k^3/4 hosts. Core j*(k/2)+i links to aggregation switch j
-    of every pod (port = pod + 1)."""
+    of every pod (port = pod + 1). ``fabric_mbps`` (default: ``link_mbps``)
+    is the speed of the switch-to-switch links: below ``link_mbps`` the
+    fabric is over-subscribed (a ToR's hosts can send more than its uplinks
+    carry)."""
+    fabric = link_mbps if fabric_mbps is None else fabric_mbps
     if k < 2 or k % 2:
         raise ValueError(f"fattree: k={k} must be an even number >= 2")
     half = k // 2
@@ -82,13 +86,14 @@ def fattree(k: int = 4, link_mbps: float = 10.0, mtu: int = JUMBO_MTU,
                 b.link(b.host(), e, link_mbps)
         for e in edges:
             for a in aggs:
-                b.link(e, a, link_mbps)
+                b.link(e, a, fabric)
     # cores last so that every aggregation switch's ports are 1..k/2 down, then up
     for pod in range(k):
         for j in range(half):
             for i in range(half):
-                b.link(f"a{pod}_{j}", cores[j * half + i], link_mbps)
-    return b.done(mtu, kind="fattree", k=k, link_mbps=link_mbps)
+                b.link(f"a{pod}_{j}", cores[j * half + i], fabric)
+    extra = {} if fabric_mbps is None else {"fabric_mbps": fabric_mbps}
+    return b.done(mtu, kind="fattree", k=k, link_mbps=link_mbps, **extra)
 
 
 def vl2(d0: int = 2, d1: int = 4, d2: int = 4, servers_per_tor: int = 20,

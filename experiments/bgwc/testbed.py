@@ -23,7 +23,6 @@ DATA_PORT = 7100
 UDP_PORT = 7200
 UDP_FLOWS_PER_SENDER = 3
 METER_HEADROOM = 1.05
-SUBFLOWS_AT_S = 4.0   # when the meter counts each sender's subflows (after the joins)
 # fig14's guarantees (paper units, of 1000): BG small beside WC, but not so
 # small that a BG subflow's GSO-sized host queue holds its connection back
 # for seconds (at 10 units = 1 Mb/s, one 64 KiB packet takes 0.5 s)

@@ -22,7 +22,8 @@ import yaml
 from experiments import configs
 from experiments.agents import Agents, BpfLoaded, wait_in_force
 from experiments.bgwc import PAIR, SENDERS, Config, pair_tenants
-from experiments.bgwc.measure import Meter, Traffic, window_mean
+from experiments.bgwc.measure import Traffic
+from experiments.meter import Meter, window_mean
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from mininet_topos import builders
@@ -73,7 +74,7 @@ def testbed(tmp_path_factory):
 def test_a_restarted_agent_is_configured_again_and_its_guarantee_holds(testbed):
     fab, agents, api, cfg = testbed["fab"], testbed["agents"], testbed["api"], testbed["cfg"]
     traffic = Traffic(fab, cfg)
-    meter = Meter(fab, list(PAIR.values()), 0.5).start()
+    meter = Meter(fab, list(PAIR.values()), 0.5, senders=SENDERS).start()
     timeline = {}
     try:
         for s in SENDERS:
@@ -114,7 +115,7 @@ def test_a_restarted_agent_is_configured_again_and_its_guarantee_holds(testbed):
 def test_metrics_agree_with_what_the_receivers_measure(testbed):
     fab, api, cfg = testbed["fab"], testbed["api"], testbed["cfg"]
     traffic = Traffic(fab, cfg)
-    meter = Meter(fab, list(PAIR.values()), 0.5).start()
+    meter = Meter(fab, list(PAIR.values()), 0.5, senders=SENDERS).start()
     scrapes = []
     try:
         for s in ("s1", "s3"):

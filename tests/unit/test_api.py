@@ -2,7 +2,6 @@
 was (the configuration in force, the persisted state, the switches' rules,
 what the listeners were told), persistence across a restart, reload."""
 
-import copy
 import json
 import math
 import os

@@ -1,0 +1,155 @@
+"""Rates measured where traffic arrives: per-sender, per-class byte
+counters at the receivers (nftables in each receiver's namespace), sampled
+and turned into per-interval rates. Shared by the BG/WC experiments and the
+main job."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC
+from experiments.fabric import Fabric
+
+SUBFLOWS_AT_S = 4.0   # when the meter counts each sender's subflows (after the joins)
+
+
+def _meter_rules(topo, senders) -> str:
+    rules = []
+    for snd in senders:
+        ip = topo.host(snd).ip
+        rules += [f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_BG} counter comment "bg-{snd}"',
+                  f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_WC} counter comment "wc-{snd}"',
+                  f'ip saddr {ip} meta l4proto udp counter comment "udp-{snd}"']
+    body = "\n    ".join(rules)
+    return ("table ip bwfmeter {\n  chain in {\n    type filter hook input priority filter; policy accept;\n    "
+            f"{body}\n  }}\n}}\n")
+
+
+class Meter:
+    """Per-sender, per-class byte counters at the receivers, sampled:
+    counters ``bg-<sender>`` (TCP, ToS 0x00), ``wc-<sender>`` (TCP, ToS
+    0x20) and ``udp-<sender>``, read in each receiver's namespace (nft)."""
+
+    def __init__(self, fab: Fabric, receivers: list[str], period_s: float, trace: bool = False,
+                 senders: list[str] | tuple[str, ...] = ()):
+        self.fab, self.receivers, self.period_s = fab, receivers, period_s
+        self.senders = tuple(senders)
+        self.subflows_at_s = SUBFLOWS_AT_S
+        self.samples: list[tuple[float, dict[str, int], dict[str, float]]] = []
+        self.trace: list[dict] | None = [] if trace else None
+        self.subflows: dict[str, dict[str, int]] | None = None
+        self.connections: dict[str, list[int]] = {}   # sender -> its connections' DATA_ACKs (snd_una), once
+        self._stop = threading.Event()
+        self.t0 = time.time()
+
+    def _nft(self, host: str, *args: str, stdin: str | None = None) -> str:
+        res = self.fab.run_in(host, "nft", *args, stdin=stdin)
+        if res.returncode != 0:
+            raise RuntimeError(f"nft on {host}: {res.stderr.strip()}")
+        return res.stdout
+
+    def start(self) -> "Meter":
+        rules = _meter_rules(self.fab.topo, self.senders)
+        for h in self.receivers:
+            self._nft(h, "-f", "-", stdin="table ip bwfmeter {}\ndelete table ip bwfmeter\n" + rules)
+        self.t0 = time.time()
+        threading.Thread(target=self._loop, daemon=True).start()
+        return self
+
+    def read(self) -> tuple[dict[str, int], dict[str, float]]:
+        """Each counter's bytes, and when it was read (the middle of its
+        receiver's ``nft`` call, seconds since start): the receivers are read
+        one after another, and the time one read takes varies with the load."""
+        total: dict[str, int] = {}
+        when: dict[str, float] = {}
+        for h in self.receivers:
+            t0 = time.time()
+            data = json.loads(self._nft(h, "-j", "list", "table", "ip", "bwfmeter"))
+            t = (t0 + time.time()) / 2 - self.t0
+            for item in data["nftables"]:
+                rule = item.get("rule")
+                if not rule or "comment" not in rule:
+                    continue
+                counter = next(e["counter"] for e in rule["expr"] if "counter" in e)
+                total[rule["comment"]] = total.get(rule["comment"], 0) + counter["bytes"]
+                when[rule["comment"]] = t
+        return total, when
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time() - self.t0, *self.read()))
+            if self.subflows is None and self.samples[-1][0] >= self.subflows_at_s:
+                self.subflows = self.count_subflows()
+            if self.trace is not None:
+                self.trace.append({"t": round(time.time() - self.t0, 3), **self.subflow_states()})
+            self._stop.wait(self.period_s)
+
+    def _ss(self, host: str) -> tuple[str, str]:
+        """``ss -tinH`` (TCP sockets, subflows included) and ``ss -MinH``
+        (MPTCP sockets) of one host, in one process."""
+        tcp, _, msk = self.fab.run_in(host, "sh", "-c", "ss -tinH; echo ==MSK==; ss -MinH").stdout.partition(
+            "==MSK==\n")
+        return tcp, msk
+
+    def subflow_states(self) -> dict[str, list[dict]]:
+        """Each sender's and receiver's MPTCP subflows as ``ss`` shows them
+        (cwnd, RTO, backoff, unacked, lost, windows, rates ...), and each
+        host's MPTCP sockets' queues (``<host>.msk``: Recv-Q holds the data
+        waiting for an earlier hole at the connection level): what a stalled
+        connection looks like."""
+        from hostagent.observe import msk_queues, subflow_states
+        out: dict[str, list[dict]] = {}
+        for host in (*self.senders, *self.receivers):     # one process per host: the trace loads the CPU less
+            tcp, msk = self._ss(host)
+            out[host], out[host + ".msk"] = subflow_states(tcp), msk_queues(msk)
+        return out
+
+    def count_subflows(self) -> dict[str, dict[str, int]]:
+        """Per sender: its MPTCP subflows by kind (first = BG, joins = WC),
+        from ss, and K as the WC congestion control counts it (its map)."""
+        from hostagent import cc
+        from hostagent.observe import msk_queues
+        out = {}
+        k = cc.read_map("bwf_kcount")
+        for snd in self.senders:
+            tcp, msk = self._ss(snd)
+            lines = [ln for ln in tcp.splitlines() if "tcp-ulp-mptcp" in ln]
+            out[snd] = {"bg": sum(" flags:M" in ln for ln in lines), "wc": sum(" flags:J" in ln for ln in lines),
+                        # joins that agreed on ECN (bwf_sockops gave them bwf_wc_ecn): the rest are
+                        # not ECN-capable, and the WC queues' AQM drops their packets instead of marking
+                        "wc_ecn": sum(" flags:J" in ln and " bwf_wc_ecn " in ln for ln in lines),
+                        "k": k.get(self.fab.topo.host(snd).ip, 0)}
+            # which connection is whose, for ktrace's stalls (data sequence numbers are per connection)
+            self.connections[snd] = [m["snd_una"] for m in msk_queues(msk) if "snd_una" in m]
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()
+        for h in self.receivers:
+            try:
+                self._nft(h, "delete", "table", "ip", "bwfmeter")
+            except RuntimeError:
+                pass
+
+    def rates(self) -> list[dict]:
+        return interval_rates(self.samples)
+
+
+def interval_rates(samples: list[tuple[float, dict[str, int], dict[str, float]]]) -> list[dict]:
+    """Mb/s per counter between consecutive samples (each over the times its
+    own counter was read), stamped at the sample's start time."""
+    out = []
+    for (_, a, ta), (t1, b, tb) in zip(samples, samples[1:]):
+        row = {"t": round(t1, 3)}
+        for k in b:
+            dt = tb[k] - ta.get(k, tb[k])
+            row[k] = (b[k] - a.get(k, 0)) * 8 / dt / 1e6 if dt > 0 else 0.0
+        out.append(row)
+    return out
+
+
+def window_mean(rates: list[dict], key: str, t_from: float, t_to: float) -> float:
+    vals = [r.get(key, 0.0) for r in rates if t_from < r["t"] <= t_to]
+    return sum(vals) / len(vals) if vals else 0.0
