@@ -119,7 +119,9 @@ def test_an_experiment_whose_controller_dies_fails_loudly(tmp_path, monkeypatch,
     measured = {}
 
     def run(cfg, out_dir):
-        with ControllerProcess(topo, ["ecmp"], 16999, tmp_path / "ctl.log") as ctl:
+        from experiments import configs
+        conf = configs.write(tmp_path / "bwfabric.yaml", topo, "ecmp", 16999)
+        with ControllerProcess(conf, tmp_path / "ctl.log") as ctl:
             time.sleep(1.0)
             os.kill(ctl.proc.pid, signal.SIGKILL)
             time.sleep(0.5)
