@@ -6,12 +6,14 @@ import os
 import sys
 from pathlib import Path
 
-from experiments import bgwc, lessor_dynamics, lessor_eval, routing_comparison
+from experiments import bgwc, lessor_dynamics, lessor_eval, product, routing_comparison
 from experiments.options import OptionError, parse_options
 
 EXPERIMENTS = {
     # name: (module with Config and run, overrides of its defaults, one-line help)
-    "main": (routing_comparison, {}, "FatTree k=4 10 Mb/s: permutation + web search, single_path vs ecmp"),
+    "main": (product, {}, "three tenants on an over-subscribed FatTree k=4: bwfabric vs ECMP without guarantees, "
+             "per tenant guarantee vs achieved"),
+    "routing": (routing_comparison, {}, "FatTree k=4 10 Mb/s: permutation + web search, single_path vs ecmp"),
     "fidelity": (routing_comparison, routing_comparison.FIDELITY,
                  "single_path stride-4/stride-8/permutation vs the max-min ideal"),
     "fidelity-vl2": (routing_comparison, routing_comparison.FIDELITY_VL2,
