@@ -167,8 +167,12 @@ def cmd_reload(args) -> int:
 
 
 def cmd_config_reference(args) -> int:
-    from controller import config
-    print(config.reference_markdown())
+    if args.metrics:
+        from controller import metrics
+        print(metrics.reference_markdown())
+    else:
+        from controller import config
+        print(config.reference_markdown())
     return 0
 
 
@@ -253,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_tenants)
 
     r = sub.add_parser("config-reference", help="print the configuration reference (docs/config.md)")
+    r.add_argument("--metrics", action="store_true", help="the metrics reference instead (docs/metrics.md)")
     r.set_defaults(func=cmd_config_reference)
 
     e = sub.add_parser("experiment", help="run an emulated experiment (default: the main job)")

@@ -120,3 +120,16 @@ def registry() -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(COLLECTOR)
     return reg
+
+
+def reference_markdown() -> str:
+    """``docs/metrics.md``: every metric of :data:`CATALOGUE`."""
+    lines = ["# Metrics reference", "",
+             "Generated from `controller/metrics.py` by `bwfabric config-reference --metrics`; do not edit.", "",
+             "`GET /metrics` on the API listener (Prometheus text format, no token: bind the API to a management",
+             "address). Counters carry `_total`; rates are bytes per second.", "",
+             "| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for name, (kind, labels, help_) in CATALOGUE.items():
+        shown = name + ("_total" if kind == "counter" else "_info" if kind == "info" else "")
+        lines.append(f"| `{shown}` | {kind} | {', '.join(labels) or '-'} | {help_} |")
+    return "\n".join(lines)

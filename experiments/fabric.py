@@ -1,5 +1,5 @@
 """Bring a topology description up in Mininet on userspace Open vSwitch, tuned
-to be a faithful emulator on this machine (PLATFORM.md), and tear down only
+to be a faithful emulator on this machine (docs/platform.md), and tear down only
 what was created.
 
 Tuning, applied after ``net.start()`` on both ends of every link:

@@ -11,7 +11,7 @@ from controller.maxmin import max_min_fair
 from controller.network_view import NetworkView
 
 # Userspace OVS on this machine forwards about 65-75k packets/s in total,
-# counted once per switch crossed (PLATFORM.md); past this, results degrade.
+# counted once per switch crossed (docs/platform.md); past this, results degrade.
 ENVELOPE_PKT_HOPS_PER_S = 60000
 
 

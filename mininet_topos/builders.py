@@ -14,7 +14,7 @@ from controller.topology import Host, Link, Switch, TopologyDescription
 
 JUMBO_MTU = 9000
 # 150 packets of 1500 bytes, kept the same in bytes whatever the MTU
-# (PLATFORM.md: queues "kept the same size in bytes" with jumbo frames).
+# (docs/platform.md: queues "kept the same size in bytes" with jumbo frames).
 DEFAULT_QUEUE_BYTES = 150 * 1500
 
 

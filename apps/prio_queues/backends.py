@@ -7,7 +7,7 @@ interface: ``plan(port, rate_bps)`` says what to put in force on one port,
   min-rate = the floor, max-rate = the port rate); table 0's ``set_queue``
   picks the queue. For kernel-datapath OVS and for Pica8 (PicOS runs the same
   OVSDB schema).
-- ``tc``: userspace OVS ignores ``set_queue`` (PLATFORM.md), so the classes
+- ``tc``: userspace OVS ignores ``set_queue`` (docs/platform.md), so the classes
   are built with tc on each port's egress and keyed on the ToS byte that
   table 0 has already normalised (0x00 BG, 0x20 WC; non-IP goes BG). HTB
   cannot be strictly prioritised: BG is guaranteed the port rate minus WC's

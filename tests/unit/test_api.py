@@ -207,3 +207,9 @@ def test_every_metric_a_provider_yields_is_declared():
         assert name.startswith("bwfabric_") and not name.endswith("_total") and help_
         assert "bits" not in name and "mbps" not in name                    # base units
         assert not {"flow", "src_port", "dst_port"} & set(labels)            # never per flow
+
+
+def test_the_metrics_reference_in_docs_is_the_catalogue():
+    from controller import metrics
+    assert (ROOT / "docs" / "metrics.md").read_text() == metrics.reference_markdown() + "\n", \
+        "docs/metrics.md is stale: bwfabric config-reference --metrics > docs/metrics.md"

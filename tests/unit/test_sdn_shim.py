@@ -1,6 +1,6 @@
 """controller.sdn binds apps to the framework that is driving the process.
 
-Ryu 4.34 cannot start on this Python (PLATFORM.md), so minimal stand-in
+Ryu 4.34 cannot start on this Python (docs/platform.md), so minimal stand-in
 modules named like Ryu's are put on the path: the test checks only which
 framework the shim binds the apps to, not Ryu itself."""
 
