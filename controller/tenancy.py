@@ -13,7 +13,7 @@ configuration, so the switches and the hosts never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from hostagent.plan import HostConfig
+from hostagent.plan import HostConfig, HostSettings, VmPolicy
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,12 @@ def host_configs(loaded) -> dict[str, HostConfig]:
         tenant = loaded.cfg.tenants[tenant_name]
         entry = loaded.cfg.agents.hosts.get(host)
         tuning = loaded.tuning(host).model_dump()
-        cfg = HostConfig(host=host, interface=(entry.interface if entry and entry.interface else f"{host}-eth0"),
-                         address=loaded.topology.host(host).ip, nic_mbps=nic_mbps(loaded.topology, host),
-                         guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows, policy=tenant.policy,
-                         competition=vm.competition, **tuning)
+        cfg = HostConfig(HostSettings(host=host, interface=(entry.interface if entry and entry.interface
+                                                            else f"{host}-eth0"),
+                                      address=loaded.topology.host(host).ip,
+                                      nic_mbps=nic_mbps(loaded.topology, host), **tuning),
+                         VmPolicy(guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows,
+                                  policy=tenant.policy, competition=vm.competition))
         cfg.check()
         out[host] = cfg
     return out

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG, TOS_MASK, TOS_WC  # noqa: F401 (re-exported)
@@ -60,17 +60,16 @@ class PlanError(ValueError):
 
 
 @dataclass(frozen=True)
-class HostConfig:
+class HostSettings:
+    """The host's own shape and tuning -- the same whatever tenant's VM it
+    carries (``agents.defaults`` and ``agents.hosts.<h>.tuning`` in the
+    controller's configuration)."""
     host: str
     interface: str
     address: str
     nic_mbps: float
-    guarantee_mbps: float
-    wc_subflows: int = 1
     join_port_base: int = 10100
-    policy: str = "guarantee"
     unit_mbps: float = PAPER_UNIT_MBPS
-    competition: float | None = None
     beta: float = DEFAULT_BETA
     rtt_hint_ms: float = 50.0      # Eq. 1's maxRTT until live subflows are measured
     # a connection's receive window when it opens (tcp_rmem[1], at most Eq. 1's
@@ -92,18 +91,67 @@ class HostConfig:
     # takes a subflow's pacing rate for its drain rate; unpaced, it keeps
     # picking a full BG and starves WC (see hostagent/bpf/bwf_sockops.bpf.c)
     pace_bg: bool = True
+
+
+@dataclass(frozen=True)
+class VmPolicy:
+    """What the VM's tenant declared (``tenants`` in the controller's
+    configuration): its hose guarantee, fairness policy and WC subflows;
+    ``pair_limits_mbps`` is the pipe model's per-destination BG (LRC)."""
+    guarantee_mbps: float
+    wc_subflows: int = 1
+    policy: str = "guarantee"
+    competition: float | None = None
     pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
 
-    FIELDS = ("host", "interface", "address", "nic_mbps", "guarantee_mbps", "wc_subflows", "join_port_base",
-              "policy", "unit_mbps", "competition", "beta", "rtt_hint_ms", "rcvbuf_initial_kb",
-              "stale_loss_cnt", "rto_min_ms",
-              "ecn", "pace_bg", "pair_limits_mbps")
+
+SETTINGS_FIELDS = tuple(f.name for f in fields(HostSettings))
+POLICY_FIELDS = tuple(f.name for f in fields(VmPolicy))
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """An agent's whole configuration: the host's settings and its VM's
+    policy. Reads of either part's fields work on the whole
+    (``cfg.guarantee_mbps``, ``cfg.nic_mbps``). On the wire it is
+    ``{"settings": {...}, "vm": {...}}``; the flat form of every field in
+    one object is accepted too (manual use)."""
+    settings: HostSettings
+    vm: VmPolicy
+
+    FIELDS = SETTINGS_FIELDS + POLICY_FIELDS     # the flat form's keys
+
+    def __getattr__(self, name: str):
+        if name in POLICY_FIELDS:
+            return getattr(self.vm, name)
+        if name in SETTINGS_FIELDS:
+            return getattr(self.settings, name)
+        raise AttributeError(f"HostConfig has no field {name!r}")
+
+    @classmethod
+    def of(cls, **flat) -> "HostConfig":
+        """From every field in one mapping (TypeError for unknown or missing ones)."""
+        unknown = set(flat) - set(cls.FIELDS)
+        if unknown:
+            raise TypeError(f"unknown fields {sorted(unknown)}")
+        return cls(HostSettings(**{k: v for k, v in flat.items() if k in SETTINGS_FIELDS}),
+                   VmPolicy(**{k: v for k, v in flat.items() if k in POLICY_FIELDS}))
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
         """Validate a configuration message body; every problem is named."""
         if not isinstance(data, dict):
             raise PlanError("host configuration must be an object")
+        if "settings" in data or "vm" in data:
+            extra = sorted(set(data) - {"settings", "vm"})
+            if extra or not isinstance(data.get("settings"), dict) or not isinstance(data.get("vm"), dict):
+                raise PlanError("host configuration: an object with 'settings' and 'vm' objects (and nothing "
+                                f"else{'; got ' + ', '.join(extra) if extra else ''})")
+            for part, names in (("settings", SETTINGS_FIELDS), ("vm", POLICY_FIELDS)):
+                unknown = sorted(set(data[part]) - set(names))
+                if unknown:
+                    raise PlanError(f"unknown {part} keys {unknown}; valid: {', '.join(names)}")
+            data = {**data["settings"], **data["vm"]}
         unknown = sorted(set(data) - set(cls.FIELDS))
         if unknown:
             raise PlanError(f"unknown configuration keys {unknown}; valid: {', '.join(cls.FIELDS)}")
@@ -116,7 +164,7 @@ class HostConfig:
         if not isinstance(pairs, dict):
             raise PlanError(f"pair_limits_mbps {pairs!r} must be an object of IPv4 address -> Mb/s")
         try:
-            cfg = cls(**{**data, "pair_limits_mbps": dict(pairs)})
+            cfg = cls.of(**{**data, "pair_limits_mbps": dict(pairs)})
         except TypeError as exc:
             raise PlanError(f"configuration: {exc}") from None
         cfg.check()

@@ -170,7 +170,7 @@ def refused_configs_change_nothing(tmp: Path, n: int = 300) -> dict:
     a.executor.teardown()
     drop_bpf_maps(bpf)
     return {"first": first, "refused": refused, "same": before == after, "in_force": st["in_force"],
-            "config_guarantee": st["config"]["guarantee_mbps"] if st["config"] else None}
+            "config_guarantee": st["config"]["vm"]["guarantee_mbps"] if st["config"] else None}
 
 
 PHASES = [({}, 20.0), ({"pair_limits_mbps": {"10.9.0.2": 8}}, 8.0),

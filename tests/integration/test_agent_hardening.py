@@ -251,7 +251,7 @@ def test_the_agent_survives_10000_hostile_connections_and_then_applies_a_config(
                 time.sleep(0.5)
         assert reply["ok"], reply
         status = client.request("status", {})
-        assert status["in_force"] and status["config"]["guarantee_mbps"] == 10
+        assert status["in_force"] and status["config"]["vm"]["guarantee_mbps"] == 10
         stats = status["connections"]
         assert connected == 10_000 and stats["accepted"] + stats["refused_busy"] >= 10_000, stats
         assert status["rejected"] > 0 and stats["bad_frames"] > 0 and stats["refused_busy"] > 0

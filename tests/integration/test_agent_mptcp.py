@@ -117,7 +117,7 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
                                               guarantee_mbps=500))
     assert not bad["ok"] and "guarantee_mbps 500" in bad["error"]
     status = clients["a"].request("status", {})
-    assert status["rejected"] == 2 and status["config"]["guarantee_mbps"] == 20   # still in force
+    assert status["rejected"] == 2 and status["config"]["vm"]["guarantee_mbps"] == 20   # still in force
 
     assert ns(names["a"], "nft", "-f", "-", input=COUNTERS).returncode == 0
     server = subprocess.Popen(["ip", "netns", "exec", names["b"], sys.executable, "-c", SERVER],

@@ -198,3 +198,28 @@ def test_any_value_anywhere_is_accepted_whole_or_refused_by_name(path, value):
         return
     dumped = json.dumps(loaded.cfg.model_dump(mode="json"), allow_nan=False)   # raises on NaN/Infinity
     assert dumped
+
+
+_TUNING_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 70000),
+                           st.floats(allow_nan=True, allow_infinity=True), st.floats(-10, 1e6),
+                           st.sampled_from([0, 1, 4, 100, 1000, 1023, 1024, 10_000, 65000, 65001, 65536, 0.5, 1e-9]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(sorted(config.AgentTuning.model_fields)), _TUNING_VALUES)
+def test_the_controllers_tuning_schema_and_the_agents_checks_agree(name, value):
+    """The controller refuses a tuning value exactly when the agent would:
+    the two boundaries cannot drift apart unnoticed."""
+    from hostagent.plan import HostConfig, PlanError
+    try:
+        config.AgentTuning(**{name: value})
+        controller_ok = True
+    except Exception:      # noqa: BLE001 - pydantic's ValidationError
+        controller_ok = False
+    try:
+        HostConfig.from_dict(dict(host="h1", interface="h1-eth0", address="10.0.0.1", nic_mbps=100,
+                                  guarantee_mbps=1, **{name: value}))
+        agent_ok = True
+    except PlanError:
+        agent_ok = False
+    assert controller_ok == agent_ok, (name, value, controller_ok, agent_ok)
