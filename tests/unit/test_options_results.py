@@ -46,7 +46,7 @@ def test_fidelity_vl2_builds_the_scaled_vl2_and_its_strides_cross_tors():
 def test_registry_rejects_unknown_experiment_and_bad_option(capsys, tmp_path):
     assert registry.run("nosuch", [], tmp_path) == 2
     assert "unknown experiment 'nosuch'" in capsys.readouterr().err
-    assert registry.run("main", ["load=2"], tmp_path) == 2
+    assert registry.run("routing", ["load=2"], tmp_path) == 2
     assert "load=2.0" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())   # nothing started, nothing written
 
