@@ -79,7 +79,7 @@ class Fabric:
     def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None,
                  wc_aqm: bool = True):
         """``queues``: None, or a BG/WC queue back-end for every switch port
-        (``tc`` on userspace OVS; see apps.prio_queues.backends); ``wc_aqm``:
+        (``tc`` on userspace OVS; see mininet_topos.queues); ``wc_aqm``:
         random early drop of WC packets on those ports (tc back-end)."""
         self.topo = topo
         self.of_port = of_port
@@ -168,7 +168,7 @@ class Fabric:
                                     f"mtu_request={mtu}"], check=True, capture_output=True)
 
     def _queues(self) -> None:
-        from apps.prio_queues.backends import PortQueues, backend
+        from mininet_topos.queues import PortQueues, backend
         be = self._backend = backend(self.queues, self.wc_aqm)
         spec = {}
         for lk in self.topo.links:

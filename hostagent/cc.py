@@ -72,7 +72,11 @@ def cgroup2_root() -> Path:
     raise CcError("no cgroup v2 mount found (mount -t cgroup2 none /sys/fs/cgroup/unified)")
 
 
-def build() -> dict[str, Path]:
+def build(extra: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Compile the agent's BPF programs (and ``extra``: name -> source, the
+    emulator's switch-queue AQM) against this kernel's BTF and the BG/WC
+    contract; returns name -> object. Rebuilt when a source or the contract
+    changed."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
         raise CcError(f"building the BPF programs needs {', '.join(missing)} (apt-get install clang bpftool "
@@ -85,8 +89,10 @@ def build() -> dict[str, Path]:
     defines = [f"-DTOS_WC={contract.TOS_WC:#x}", f"-DTOS_MASK={contract.TOS_MASK:#x}"]
     newest_input = Path(contract.__file__).stat().st_mtime
     out = {}
-    for name in ("bwf_wc", "bwf_sockops", "bwf_aqm"):
-        src, obj = SRC / f"{name}.bpf.c", BUILD / f"{name}.bpf.o"
+    sources = {name: SRC / f"{name}.bpf.c" for name in ("bwf_wc", "bwf_sockops")}
+    sources.update(extra or {})
+    for name, src in sources.items():
+        obj = BUILD / f"{name}.bpf.o"
         if not obj.exists() or obj.stat().st_mtime < max(src.stat().st_mtime, newest_input):
             _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *defines, f"-I{BUILD}", "-c",
                   str(src), "-o", str(obj)])

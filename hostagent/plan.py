@@ -84,7 +84,7 @@ class HostSettings:
     # connection's in-order delivery, BG included, for at least this long.
     rto_min_ms: float | None = None
     # ECN on this host's TCP connections (net.ipv4.tcp_ecn=1): a switch's WC
-    # queue then marks instead of dropping (apps.prio_queues.aqm), and a WC
+    # queue then marks instead of dropping (mininet_topos.queues.aqm), and a WC
     # subflow backs off without leaving a hole in its connection's data
     ecn: bool = True
     # BG paced at most at 1.05 x the guarantee (bwf_sockops): MPTCP's scheduler

@@ -31,7 +31,7 @@ high-priority queues:
 
 ``set_queue`` picks the OVSDB QoS queue on kernel-datapath OVS and on
 Pica8; on userspace OVS it does not steer packets, and the tc back-end
-(:mod:`apps.prio_queues.backends`) classifies the same ToS values at each
+(:mod:`mininet_topos.queues`) classifies the same ToS values at each
 port's egress instead. Both back-ends use the queue numbers below.
 """
 

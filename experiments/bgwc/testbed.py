@@ -55,7 +55,7 @@ class Config:
     equal_level: float = 1.0       # fig14: every sender's A_l under the 1:1:1 policy
     beta: float = 10.0             # Eq. 1: the agents default to 3; here 10 (BG dipped to 0.74 with 3, see README)
     # WC queues: RED-style marking (ECN-capable WC) / early drop (the rest) on
-    # every switch port (apps.prio_queues.aqm). Without it, drop-tail losses of
+    # every switch port (mininet_topos.queues.aqm). Without it, drop-tail losses of
     # WC segments held whole connections (BG included) in MPTCP's in-order
     # delivery: fig12 min BG 0.19-0.97 in 8 traced runs with drop-tail and jumbo
     # frames; with it (and bwf_sockops' WC send buffers) 0.98-0.99

@@ -200,7 +200,7 @@ def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
     the windows are the queue, and in 45 KB (thresholds at 7.5/22.5 KB) each
     flow held ~5 packets under a 19 % drop rate -- timeouts, not AIMD, set
     the shares (one run: 1/4 beat 1, 0.59 : 0.41)."""
-    from apps.prio_queues import aqm
+    from mininet_topos.queues import aqm
     _, _, rtr, dev = bottleneck
     was_loaded = aqm.loaded()
     aqm.load()

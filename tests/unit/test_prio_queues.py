@@ -59,7 +59,7 @@ def test_non_ip_is_forwarded_on_the_default_queue(net):
 
 
 def test_tc_backend_plan_guarantees_bg_and_lets_wc_borrow():
-    from apps.prio_queues.backends import BackendError, PortQueues, ovsdb_plan, tc_plan
+    from mininet_topos.queues import BackendError, PortQueues, ovsdb_plan, tc_plan
     from hostagent import plan as P
     q = PortQueues.of("e0_0-eth3", 10e6, 225000)
     steps = tc_plan(q)
@@ -156,7 +156,7 @@ def test_the_meters_come_from_the_declared_tenants(app_config):
 
 
 def test_wc_aqm_parameters_and_map_value_layout():
-    from apps.prio_queues import aqm
+    from mininet_topos.queues import aqm
     p = aqm.AqmParams.for_queue(225000)
     assert (p.min_bytes, p.max_bytes, p.max_p) == (75000, 150000, 0.1)
     assert aqm.AqmParams.for_queue(6000).min_bytes == 3000          # floors keep min < max

@@ -1,5 +1,5 @@
 """Random early drop for the WC queue of the tc back-end (``bwf_aqm``, a
-tc egress BPF classifier; see hostagent/bpf/bwf_aqm.bpf.c for why).
+tc egress BPF classifier; see bwf_aqm.bpf.c beside this file for why).
 
 This kernel has no red qdisc, so the drop decision is made before the HTB
 tree, against a virtual queue that drains at the port rate: WC packets are
@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import struct
 import subprocess
+from pathlib import Path
 from dataclasses import dataclass
 
 from hostagent import cc
 
+SOURCE = Path(__file__).with_name("bwf_aqm.bpf.c")
 PIN_PROG = cc.BPFFS / "bwf_aqm"
 PIN_MAPS = cc.BPFFS / "aqm"
 MAP = PIN_MAPS / "bwf_aqm_ports"
@@ -83,7 +85,7 @@ STAMP = cc.BPFFS.parent / "aqm.build"    # beside the bpffs (it holds only BPF o
 def load() -> None:
     """Idempotent: loads and pins the classifier unless the one pinned is of
     this very build (its object's hash) with this map layout."""
-    obj = cc.build()["bwf_aqm"]
+    obj = cc.build({"bwf_aqm": SOURCE})["bwf_aqm"]
     stamp = cc.build_stamp(obj)
     if loaded() and not _stale() and STAMP.exists() and STAMP.read_text() == stamp:
         return
@@ -123,7 +125,7 @@ def attach(dev: str, rate_bps: float, params: AqmParams, netns: str | None = Non
     classifier on egress and its map entry. Interface indexes are per
     namespace: ports of different namespaces may share an entry."""
     if not loaded():
-        raise AqmError("AQM: not loaded (apps.prio_queues.aqm.load())")
+        raise AqmError("AQM: not loaded (mininet_topos.queues.aqm.load())")
     key = struct.pack("<I", _ifindex(dev, netns))
     value = _VALUE.pack(0, int(rate_bps), params.min_bytes, params.max_bytes, int(params.max_p * 1e6), 0,
                         0, 0, 0, 0, 0)

@@ -14,7 +14,7 @@ interface: ``plan(port, rate_bps)`` says what to put in force on one port,
   floor and WC may borrow whatever BG leaves (HTB serves the lower prio
   first when both borrow); the smaller the floor, the stricter. With
   ``wc_aqm`` (default) WC packets also meet random early drop
-  (:mod:`apps.prio_queues.aqm`, a BPF classifier: this kernel has no red
+  (:mod:`mininet_topos.queues.aqm`, a BPF classifier: this kernel has no red
   qdisc), so that losses fall on WC flows at random, the regime in which the
   fair-WC congestion control's shares follow A_l.
 
@@ -93,7 +93,7 @@ class TcBackend:
         ex = self.ports.setdefault(q.port, self._executor())
         ex.apply(P.Plan(tuple(tc_plan(q))))
         if self.wc_aqm:
-            from apps.prio_queues import aqm
+            from mininet_topos.queues import aqm
             if not aqm.loaded():
                 self.loaded_aqm = True
             aqm.load()      # idempotent; replaces a classifier of an older build
@@ -103,7 +103,7 @@ class TcBackend:
         """Unpin the AQM program if this back-end loaded it (ports that are
         deleted take their filters with them)."""
         if self.loaded_aqm:
-            from apps.prio_queues import aqm
+            from mininet_topos.queues import aqm
             aqm.unload()
             self.loaded_aqm = False
 
