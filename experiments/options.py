@@ -1,56 +1,72 @@
-"""Experiment options: declared as dataclass fields, parsed from KEY=VALUE
-strings, unknown keys and bad values rejected with a message naming them."""
+"""Experiment options: declared as dataclass fields, given as KEY=VALUE
+strings, converted and checked by the same schema library as bwfabric's
+configuration (pydantic, on the dataclass itself): unknown keys, values of
+the wrong type, NaN and Infinity are refused naming them; then the
+dataclass's own ``check()`` judges what the values mean together."""
 
 from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from pydantic import ConfigDict, ValidationError, create_model
 
 T = TypeVar("T")
+_NONE = ("none", "")
 
 
 class OptionError(ValueError):
     pass
 
 
-def _convert(name: str, raw: str, kind: Any) -> Any:
-    origin = typing.get_origin(kind)
-    try:
-        if kind is bool:
-            if raw.lower() in ("1", "true", "yes", "on"):
-                return True
-            if raw.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if kind in (int, float, str):
-            return kind(raw)
-        if origin is tuple:
-            inner = typing.get_args(kind)[0]
-            return tuple(_convert(name, part, inner) for part in raw.split(",") if part)
-        if origin is typing.Union or origin is getattr(__import__("types"), "UnionType", None):
-            args = [a for a in typing.get_args(kind) if a is not type(None)]
-            if raw.lower() in ("none", ""):
-                return None
-            return _convert(name, raw, args[0])
-    except ValueError:
-        raise OptionError(f"option {name}={raw!r}: not a valid {getattr(kind, '__name__', kind)}") from None
-    raise OptionError(f"option {name}: unsupported type {kind}")
+def _is_tuple(kind) -> bool:
+    return typing.get_origin(kind) is tuple
+
+
+def _optional(kind) -> bool:
+    return type(None) in typing.get_args(kind)
+
+
+def _model(cls):
+    """The dataclass's fields as a pydantic model (types and defaults; the
+    model only converts and checks types, the dataclass stays the options)."""
+    hints = typing.get_type_hints(cls)
+    fields = {}
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else ...)
+        fields[f.name] = (hints[f.name], default)
+    return create_model(cls.__name__ + "Options", __config__=ConfigDict(allow_inf_nan=False, extra="forbid"),
+                        **fields)
 
 
 def parse_options(cls: type[T], items: list[str]) -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
+    raw_of: dict[str, str] = {}
     for item in items:
         if "=" not in item:
             raise OptionError(f"option {item!r}: expected KEY=VALUE")
         key, raw = item.split("=", 1)
-        key = key.strip().replace("-", "_")
+        key, raw = key.strip().replace("-", "_"), raw.strip()
         if key not in fields:
             raise OptionError(f"unknown option {key!r}; valid: {', '.join(sorted(fields))}")
-        values[key] = _convert(key, raw.strip(), hints[key])
-    obj = cls(**values)
+        raw_of[key] = raw
+        if _optional(hints[key]) and raw.lower() in _NONE:
+            values[key] = None
+        elif _is_tuple(hints[key]):
+            values[key] = [part for part in raw.split(",") if part]
+        else:
+            values[key] = raw
+    try:
+        given = _model(cls).model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        key = str(err["loc"][0]) if err["loc"] else "?"
+        raise OptionError(f"option {key}={raw_of.get(key, '')!r}: {err['msg']}") from None
+    obj = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.model_dump().items() if k in values})
     check = getattr(obj, "check", None)
     if check is not None:
         check()

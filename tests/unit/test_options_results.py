@@ -93,3 +93,10 @@ def test_every_registered_experiment_parses_its_own_defaults():
         cfg = parse_options(module.Config, default_items(overrides))
         for k, v in overrides.items():
             assert getattr(cfg, k) == v, (name, k)
+
+
+@pytest.mark.parametrize("item,phrase", [("load=nan", "finite"), ("load=inf", "finite"), ("k=2.5", "integer"),
+                                         ("mptcp=maybe", "boolean"), ("seed=", "integer")])
+def test_non_finite_and_mistyped_options_are_refused_by_name(item, phrase):
+    with pytest.raises(OptionError, match=f"option {item.split('=')[0]}=.*{phrase}"):
+        parse_options(Config, [item])
