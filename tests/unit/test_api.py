@@ -5,6 +5,7 @@ what the listeners were told), persistence across a restart, reload."""
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,43 @@ def test_the_metrics_reference_in_docs_is_the_catalogue():
     from controller import metrics
     assert (ROOT / "docs" / "metrics.md").read_text() == metrics.reference_markdown() + "\n", \
         "docs/metrics.md is stale: bwfabric config-reference --metrics > docs/metrics.md"
+
+
+def test_bwfabric_status_and_tenants_are_thin_clients_of_a_live_api(tmp_path):
+    """The CLI against a real HTTP server (Werkzeug, in this process)."""
+    import socket
+    import subprocess
+    import sys
+
+    from controller.api import Server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = yaml.safe_load((ROOT / "examples" / "fattree4.yaml").read_text())
+    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
+    data["api"] = {"listen": f"127.0.0.1:{port}", "token_file": "api.token", "state_file": "api-state.yaml"}
+    conf = tmp_path / "bwfabric.yaml"
+    conf.write_text(yaml.safe_dump(data))
+    (tmp_path / "api.token").write_text(TOKEN)
+    os.chmod(tmp_path / "api.token", 0o600)
+    rt = runtime.start(config.load(conf))
+    server = Server(Api(rt, token=TOKEN), "127.0.0.1", port).start()
+    try:
+        def cli(*args):
+            return subprocess.run([sys.executable, "-m", "bwfabric.cli", *args, "--config", str(conf)],
+                                  capture_output=True, text=True, cwd=ROOT, timeout=60)
+        out = cli("status")
+        assert out.returncode == 0, out.stderr
+        assert f"configuration {rt.loaded.digest} version 1" in out.stdout
+        assert re.search(r"^analytics\s+a1\s+h1\s+4\.0", out.stdout, re.M)
+        (tmp_path / "t.yaml").write_text("vms:\n  n1: {host: h4, guarantee_mbps: 9.5}\n")
+        out = cli("tenants", "put", "new", "--file", str(tmp_path / "t.yaml"))
+        assert out.returncode == 1 and "409" in out.stderr and "host h4 NIC" in out.stderr
+        (tmp_path / "t.yaml").write_text("vms:\n  n1: {host: h4, guarantee_mbps: 2}\n")
+        assert cli("tenants", "put", "new", "--file", str(tmp_path / "t.yaml")).returncode == 0
+        listing = cli("tenants", "list").stdout
+        assert re.search(r"^new\s+1\s+2\.0", listing, re.M) and rt.version == 2
+    finally:
+        server.stop()
+        runtime.stop()
