@@ -53,7 +53,7 @@ class Agents:
     template of experiments.configs), keys from ``<workdir>/master.key``."""
 
     def __init__(self, fab: Fabric, workdir: Path, hosts: list[str]):
-        self.fab, self.workdir, self.hosts = fab, workdir, list(hosts)
+        self.fab, self.workdir, self.hosts = fab, Path(workdir).resolve(), list(hosts)
         self.procs: dict[str, object] = {}
         self.starts: dict[str, int] = {}
 

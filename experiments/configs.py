@@ -37,6 +37,7 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
     if tenants:
         data["tenants"] = tenants
     if agents_dir is not None:
+        agents_dir = Path(agents_dir).resolve()
         agents_dir.mkdir(parents=True, exist_ok=True)
         master = agents_dir / "master.key"
         if not master.exists():
@@ -44,11 +45,11 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
         data["agents"] = {"master_key_file": str(master), "address_template": f"unix:{agents_dir}/{{host}}.sock",
                           "status_interval_s": 1.0, **({"defaults": agent_defaults} if agent_defaults else {})}
     if api_port is not None:
-        token = path.parent / "api.token"
+        token = path.parent.resolve() / "api.token"
         if not token.exists():
             _secret(token, secrets.token_hex(24))
         data["api"] = {"listen": f"127.0.0.1:{api_port}", "token_file": str(token),
-                       "state_file": str(path.parent / "api-state.yaml")}
+                       "state_file": str(path.parent.resolve() / "api-state.yaml")}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

@@ -44,6 +44,7 @@ def run(name: str, option_items: list[str], out: Path) -> int:
               + ", ".join(f"{n} ({h})" for n, (_, _, h) in EXPERIMENTS.items()), file=sys.stderr)
         return 2
     module, overrides, _ = EXPERIMENTS[name]
+    out = Path(out).resolve()        # agents' sockets and the configuration's paths must be absolute
     try:
         cfg = parse_options(module.Config, default_items(overrides) + list(option_items))
     except (OptionError, ValueError) as exc:

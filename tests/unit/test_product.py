@@ -1,6 +1,8 @@
 """The main job's pure parts: its tenants are admitted on its fabric, and
 the lowest-1-s-window figure it prints is computed as it says."""
 
+from pathlib import Path
+
 import pytest
 
 from controller import config
@@ -32,3 +34,15 @@ def test_bad_options_are_refused_before_anything_starts(capsys, tmp_path):
     assert registry.run("main", ["web_load=2"], tmp_path) == 2
     assert "web_load" in capsys.readouterr().err
     assert registry.run("main", ["schemes=ospf"], tmp_path) == 2
+
+
+def test_a_relative_results_directory_gives_absolute_agent_addresses(tmp_path, monkeypatch):
+    """`./bwfabric.sh experiment` writes under results/ (relative): the
+    agents' unix sockets must still be absolute paths."""
+    monkeypatch.chdir(tmp_path)
+    cfg = product.Config()
+    out = Path("results") / "main"
+    (out / "bwfabric").mkdir(parents=True)
+    builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps).save(out / "topology.json")
+    loaded = config.load(product.write_config(cfg, out / "bwfabric", "bwfabric"))
+    assert loaded.cfg.agents.address_template.startswith(f"unix:{tmp_path}/")
