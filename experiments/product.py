@@ -203,22 +203,22 @@ def table_lines(report: dict) -> list[str]:
     s = report["summary"]
     schemes = [k for k in SCHEMES if k in s]
     label = {"bwfabric": "bwfabric", "ecmp": "ECMP, no guarantees"}
-    lines = [f"{'tenant':<11}{'guarantee':>10}  " + "".join(f"{label[k]:>32}" for k in schemes),
-             f"{'':<11}{'per VM':>10}  " + "".join(f"{'lowest 1 s / mean Mb/s (lowest/g)':>32}" for _ in schemes)]
+    lines = [f"{'tenant':<11}{'guarantee':>10}  " + "".join(f"{label[k]:>38}" for k in schemes),
+             f"{'':<11}{'per VM':>10}  " + "".join(f"{'lowest 1 s / mean Mb/s (lowest/g)':>38}" for _ in schemes)]
     for t in ("analytics", "batch"):
         cells = []
         for k in schemes:
             r = s[k][t]
             cells.append(f"{r['min_1s_mbps']:.2f} / {r['mean_mbps']:.2f} "
                          f"({r['min_1s_mbps'] / r['guarantee_mbps']:.2f}x)")
-        lines.append(f"{t:<11}{s[schemes[0]][t]['guarantee_mbps']:>10.1f}  " + "".join(f"{c:>32}" for c in cells))
+        lines.append(f"{t:<11}{s[schemes[0]][t]['guarantee_mbps']:>10.1f}  " + "".join(f"{c:>38}" for c in cells))
     cells = [f"p50 {R.fmt(s[k]['web']['small_fct_p50_ms'], '.0f')} p99 {R.fmt(s[k]['web']['small_fct_p99_ms'], '.0f')} ms"
              for k in schemes]
-    lines.append(f"{'web':<11}{s[schemes[0]]['web']['guarantee_mbps']:>10.1f}  " + "".join(f"{c:>32}" for c in cells)
+    lines.append(f"{'web':<11}{s[schemes[0]]['web']['guarantee_mbps']:>10.1f}  " + "".join(f"{c:>38}" for c in cells)
                  + "   (flows < 100 KB: completion time)")
     cells = [f"{s[k]['aggregate']['carried_mbps']:.1f} of {s[k]['aggregate']['ideal_mbps']:.0f} "
              f"({s[k]['aggregate']['of_ideal']:.0%})" for k in schemes]
-    lines.append(f"{'aggregate':<11}{'':>10}  " + "".join(f"{c:>32}" for c in cells)
+    lines.append(f"{'aggregate':<11}{'':>10}  " + "".join(f"{c:>38}" for c in cells)
                  + "   (analytics + batch, Mb/s)")
     return lines
 
