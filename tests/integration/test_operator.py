@@ -216,3 +216,17 @@ def test_a_restarted_controller_pushes_everything_again_within_2_s(testbed):
     states = {a["host"]: a for a in api.get("/v1/agents")["agents"]}
     assert all(a["generation_in_force"] == status["generation"] for a in states.values())
     assert not agents.dead()
+    # and the guarantees hold under the new controller (s4 now at 3 Mb/s)
+    fab, cfg = testbed["fab"], testbed["cfg"]
+    traffic = Traffic(fab, cfg)
+    meter = Meter(fab, list(PAIR.values()), 0.5, senders=SENDERS).start()
+    try:
+        for s in SENDERS:
+            traffic.bulk(s, 14)
+        time.sleep(14.5)
+    finally:
+        meter.stop()
+        traffic.close()
+    held = {s: window_mean(meter.rates(), f"bg-{s}", 4, 14) / (3.0 if s == "s4" else G[s]) for s in SENDERS}
+    print("after the controller restart, BG / guarantee:", {k: round(v, 3) for k, v in held.items()})
+    assert min(held.values()) >= 0.9
