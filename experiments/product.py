@@ -241,7 +241,7 @@ def plot(report: dict, path: Path) -> None:
         ax.hlines(GUARANTEES[t], j - 0.2, j + 0.55, colors="r", linestyles=":", label="guarantee" if j == 0 else None)
     ax.set_xticks([j + 0.175 for j in range(len(tenants_))], tenants_)
     ax.set_ylabel("Mb/s per VM")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center")
     ax2.bar(schemes, [s[k]["web"]["small_fct_p99_ms"] or 0 for k in schemes])
     ax2.set_ylabel("web: p99 completion of flows < 100 KB (ms)")
     fig.suptitle("Same load, same fabric: bwfabric vs ECMP without guarantees")
