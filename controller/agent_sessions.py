@@ -405,4 +405,4 @@ def _drain_and_stop(session: Session, timeout_s: float = 10.0) -> None:
 
 
 def _as_dict(cfg) -> dict:
-    return asdict(cfg)
+    return cfg.model_dump(mode="json")

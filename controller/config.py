@@ -37,8 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from apps.lessor.pmpt import DEFAULT_EPSILON
 from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
 from controller.topology import TopologyDescription, TopologyError
-from hostagent.plan import MAX_NIC_MBPS
-from hostagent.policy import DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES
+from hostagent.plan import MAX_NIC_MBPS, Tuning
+from hostagent.policy import POLICIES
 
 MAX_CONFIG_BYTES = 1 << 20
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$"
@@ -132,23 +132,8 @@ class PrioQueues(_Strict):
 
 
 # ---- host agents ----------------------------------------------------------------------------
-class AgentTuning(_Strict):
-    """Per-host tuning: the host's own shape, not tenant policy."""
-    join_port_base: int = Field(10100, ge=1024, le=65000, description="first MPTCP join (signal) port")
-    beta: float = Field(DEFAULT_BETA, gt=0, le=100, description="Eq. 1's buffer factor")
-    rtt_hint_ms: float = Field(50.0, gt=0, le=10_000, description="Eq. 1's maxRTT until live subflows are "
-                               "measured (ms)")
-    rcvbuf_initial_kb: float = Field(3072.0, ge=4, le=65536, description="a connection's receive window when "
-                                     "it opens (KiB)")
-    stale_loss_cnt: int = Field(4, ge=1, le=100, description="net.mptcp.stale_loss_cnt")
-    rto_min_ms: float | None = Field(None, ge=1, le=1000, description="TCP's minimum RTO (kernels >= 6.11); "
-                                     "absent: the kernel's 200 ms")
-    ecn: bool = Field(True, description="ask for ECN on connections the host opens")
-    pace_bg: bool = Field(True, description="pace BG subflows at 1.05 x the guarantee (bwf_sockops)")
-    unit_mbps: float = Field(PAPER_UNIT_MBPS, gt=0, le=MAX_NIC_MBPS, description="U of the 'guarantee' "
-                             "fairness policy: A_l = B / U")
-
-
+# A host's tuning: the agent's own model (one schema for both sides of the channel)
+AgentTuning = Tuning
 _TUNING_FIELDS = tuple(AgentTuning.model_fields)
 
 

@@ -37,13 +37,12 @@ def host_configs(loaded) -> dict[str, HostConfig]:
         tenant = loaded.cfg.tenants[tenant_name]
         entry = loaded.cfg.agents.hosts.get(host)
         tuning = loaded.tuning(host).model_dump()
-        cfg = HostConfig(HostSettings(host=host, interface=(entry.interface if entry and entry.interface
-                                                            else f"{host}-eth0"),
-                                      address=loaded.topology.host(host).ip,
-                                      nic_mbps=nic_mbps(loaded.topology, host), **tuning),
-                         VmPolicy(guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows,
-                                  policy=tenant.policy, competition=vm.competition))
-        cfg.check()
+        cfg = HostConfig(settings=HostSettings(host=host, interface=(entry.interface if entry and entry.interface
+                                                                     else f"{host}-eth0"),
+                                               address=loaded.topology.host(host).ip,
+                                               nic_mbps=float(nic_mbps(loaded.topology, host)), **tuning),
+                         vm=VmPolicy(guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows,
+                                     policy=tenant.policy, competition=vm.competition))
         out[host] = cfg
     return out
 

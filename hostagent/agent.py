@@ -188,7 +188,7 @@ class Agent:
         return {"host": self.host, "rejected": self.rejected, "rcvbuf_bytes": self.rcvbuf,
                 "generation": self.generation, "version": self.version, "rates_received": self.rates_received,
                 "connections": None if server is None else asdict(server.stats),
-                "config": None if self.config is None else asdict(self.config),
+                "config": None if self.config is None else self.config.model_dump(mode="json"),
                 "class_bytes": {} if self.config is None else self.executor.class_bytes(self.config.interface),
                 "in_force": not differences and self.degraded is None, "differences": differences,
                 "degraded": self.degraded}

@@ -24,12 +24,12 @@ The host's shape, per the paper:
 from __future__ import annotations
 
 import ipaddress
-import re
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG, TOS_MASK, TOS_WC  # noqa: F401 (re-exported)
-from controller.validate import finite_number
 from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
                               receive_buffer_bytes)
 
@@ -42,8 +42,6 @@ PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + slot> per destin
 PAIR_PREF_BASE = 10              # ...and its u32 filter at pref 10 + slot (the hose filter is pref 1000)
 MAX_PAIRS = 512                  # pair slots 0..511: prefs 10..521 stay below the hose filter's 1000
 HOSE_PREF = 1000
-_HOST_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_IFNAME_RE = re.compile(r"[^/:\s]{1,15}")
 MAX_NIC_MBPS = 400_000           # 400 Gb/s; HTB keeps 64-bit rates, anything above is a typo
 ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
 BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
@@ -59,181 +57,183 @@ class PlanError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class HostSettings:
-    """The host's own shape and tuning -- the same whatever tenant's VM it
-    carries (``agents.defaults`` and ``agents.hosts.<h>.tuning`` in the
-    controller's configuration)."""
-    host: str
-    interface: str
-    address: str
-    nic_mbps: float
-    join_port_base: int = 10100
-    unit_mbps: float = PAPER_UNIT_MBPS
-    beta: float = DEFAULT_BETA
-    rtt_hint_ms: float = 50.0      # Eq. 1's maxRTT until live subflows are measured
+class _Strict(BaseModel):
+    """Types as declared (no coercion), no unknown keys, no NaN/Infinity."""
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=True)
+
+
+class Tuning(_Strict):
+    """A host's tuning -- the same whatever tenant's VM it carries. The
+    controller's ``agents.defaults`` and ``agents.hosts.<h>.tuning`` are this
+    model (one schema for both sides of the channel)."""
+    join_port_base: int = Field(10100, ge=1024, le=65000, description="first MPTCP join (signal) port")
+    unit_mbps: float = Field(PAPER_UNIT_MBPS, gt=0, le=MAX_NIC_MBPS, description="U of the 'guarantee' "
+                             "fairness policy: A_l = B / U")
+    beta: float = Field(DEFAULT_BETA, gt=0, le=100, description="Eq. 1's buffer factor")
+    rtt_hint_ms: float = Field(50.0, gt=0, le=10_000, description="Eq. 1's maxRTT until live subflows are "
+                               "measured (ms)")
     # a connection's receive window when it opens (tcp_rmem[1], at most Eq. 1's
     # B; autotuning grows it to B): see sysctl_plan
-    rcvbuf_initial_kb: float = 3072.0
+    rcvbuf_initial_kb: float = Field(3072.0, ge=4, le=65536, description="a connection's receive window when "
+                                     "it opens (KiB)")
     # MPTCP-level retransmission intervals a subflow may sit on unacknowledged
     # data before the kernel calls it stale and re-sends its data on the
     # others (net.mptcp.stale_loss_cnt; the kernel's default is 4)
-    stale_loss_cnt: int = 4
+    stale_loss_cnt: int = Field(4, ge=1, le=100, description="net.mptcp.stale_loss_cnt")
     # TCP's minimum retransmission timeout (net.ipv4.tcp_rto_min_us, kernels
     # >= 6.11); None leaves the kernel's 200 ms. A WC subflow in RTO holds its
     # connection's in-order delivery, BG included, for at least this long.
-    rto_min_ms: float | None = None
+    rto_min_ms: float | None = Field(None, ge=1, le=1000, description="TCP's minimum RTO (kernels >= 6.11); "
+                                     "absent: the kernel's 200 ms")
     # ECN on this host's TCP connections (net.ipv4.tcp_ecn=1): a switch's WC
     # queue then marks instead of dropping (mininet_topos.queues.aqm), and a WC
     # subflow backs off without leaving a hole in its connection's data
-    ecn: bool = True
+    ecn: bool = Field(True, description="ask for ECN on connections the host opens")
     # BG paced at most at 1.05 x the guarantee (bwf_sockops): MPTCP's scheduler
     # takes a subflow's pacing rate for its drain rate; unpaced, it keeps
     # picking a full BG and starves WC (see hostagent/bpf/bwf_sockops.bpf.c)
-    pace_bg: bool = True
+    pace_bg: bool = Field(True, description="pace BG subflows at 1.05 x the guarantee (bwf_sockops)")
 
 
-@dataclass(frozen=True)
-class VmPolicy:
+class HostSettings(Tuning):
+    """The host's own shape (from the topology) and its tuning."""
+    host: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    interface: str = Field(pattern=r"^[^/:\s]{1,15}$")
+    address: str
+    nic_mbps: float = Field(gt=0, le=MAX_NIC_MBPS)
+
+    @field_validator("address")
+    @classmethod
+    def _ipv4(cls, v: str) -> str:
+        ipaddress.IPv4Address(v)
+        return v
+
+
+class VmPolicy(_Strict):
     """What the VM's tenant declared (``tenants`` in the controller's
     configuration): its hose guarantee, fairness policy and WC subflows;
     ``pair_limits_mbps`` is the pipe model's per-destination BG (LRC)."""
-    guarantee_mbps: float
-    wc_subflows: int = 1
-    policy: str = "guarantee"
-    competition: float | None = None
-    pair_limits_mbps: dict[str, float] = field(default_factory=dict)  # pipe model: dst IPv4 -> Mb/s
+    guarantee_mbps: float = Field(ge=0, le=MAX_NIC_MBPS)
+    wc_subflows: int = Field(1, ge=0, le=8)
+    policy: Literal[POLICIES] = "guarantee"
+    competition: float | None = Field(None, ge=0, le=1e6)
+    pair_limits_mbps: dict[str, float] = Field(default_factory=dict, max_length=MAX_PAIRS)
+
+    @field_validator("pair_limits_mbps")
+    @classmethod
+    def _pairs(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = []
+        for dst, mbps in v.items():
+            try:
+                if str(ipaddress.IPv4Address(dst)) != dst:
+                    raise ValueError
+            except ValueError:
+                bad.append(f"{dst!r} is not an IPv4 address (dotted quad)")
+            if not mbps > 0:
+                bad.append(f"[{dst}] {mbps!r} must be > 0")
+        if bad:
+            raise ValueError("; ".join(bad))
+        return v
+
+    @model_validator(mode="after")
+    def _explicit(self) -> "VmPolicy":
+        if self.policy == "explicit" and self.competition is None:
+            raise ValueError("policy 'explicit' needs competition in [0, 1e6]")
+        return self
 
 
-SETTINGS_FIELDS = tuple(f.name for f in fields(HostSettings))
-POLICY_FIELDS = tuple(f.name for f in fields(VmPolicy))
+SETTINGS_FIELDS = tuple(HostSettings.model_fields)
+POLICY_FIELDS = tuple(VmPolicy.model_fields)
 
 
-@dataclass(frozen=True)
-class HostConfig:
+class HostConfig(_Strict):
     """An agent's whole configuration: the host's settings and its VM's
-    policy. Reads of either part's fields work on the whole
-    (``cfg.guarantee_mbps``, ``cfg.nic_mbps``). On the wire it is
-    ``{"settings": {...}, "vm": {...}}``; the flat form of every field in
-    one object is accepted too (manual use)."""
+    policy, checked on construction (a bad one never exists). Reads of
+    either part's fields work on the whole (``cfg.guarantee_mbps``,
+    ``cfg.nic_mbps``). On the wire it is ``{"settings": {...}, "vm":
+    {...}}``; the flat form of every field in one object is accepted too
+    (manual use)."""
     settings: HostSettings
     vm: VmPolicy
 
-    FIELDS = SETTINGS_FIELDS + POLICY_FIELDS     # the flat form's keys
+    FIELDS: ClassVar[tuple[str, ...]] = SETTINGS_FIELDS + POLICY_FIELDS     # the flat form's keys
 
-    def __getattr__(self, name: str):
-        if name in POLICY_FIELDS:
-            return getattr(self.vm, name)
-        if name in SETTINGS_FIELDS:
-            return getattr(self.settings, name)
-        raise AttributeError(f"HostConfig has no field {name!r}")
+    @model_validator(mode="after")
+    def _within_the_nic(self) -> "HostConfig":
+        nic = self.settings.nic_mbps
+        bad = [f"vm.guarantee_mbps {self.vm.guarantee_mbps!r} must be within 0..nic_mbps ({nic:g})"] \
+            if self.vm.guarantee_mbps > nic else []
+        bad += [f"vm.pair_limits_mbps[{d}] {m!r} must be within (0, nic_mbps]"
+                for d, m in self.vm.pair_limits_mbps.items() if m > nic]
+        if bad:
+            raise ValueError("; ".join(bad))
+        return self
 
     @classmethod
     def of(cls, **flat) -> "HostConfig":
-        """From every field in one mapping (TypeError for unknown or missing ones)."""
-        unknown = set(flat) - set(cls.FIELDS)
+        """From every field in one mapping (PlanError naming each problem)."""
+        unknown = sorted(set(flat) - set(cls.FIELDS))
         if unknown:
-            raise TypeError(f"unknown fields {sorted(unknown)}")
-        return cls(HostSettings(**{k: v for k, v in flat.items() if k in SETTINGS_FIELDS}),
-                   VmPolicy(**{k: v for k, v in flat.items() if k in POLICY_FIELDS}))
+            raise PlanError(f"unknown configuration keys {unknown}; valid: {', '.join(cls.FIELDS)}")
+        return cls.from_dict({"settings": {k: v for k, v in flat.items() if k in SETTINGS_FIELDS},
+                              "vm": {k: v for k, v in flat.items() if k in POLICY_FIELDS}})
 
     @classmethod
     def from_dict(cls, data: Any) -> "HostConfig":
         """Validate a configuration message body; every problem is named."""
         if not isinstance(data, dict):
             raise PlanError("host configuration must be an object")
-        if "settings" in data or "vm" in data:
-            extra = sorted(set(data) - {"settings", "vm"})
-            if extra or not isinstance(data.get("settings"), dict) or not isinstance(data.get("vm"), dict):
-                raise PlanError("host configuration: an object with 'settings' and 'vm' objects (and nothing "
-                                f"else{'; got ' + ', '.join(extra) if extra else ''})")
-            for part, names in (("settings", SETTINGS_FIELDS), ("vm", POLICY_FIELDS)):
-                unknown = sorted(set(data[part]) - set(names))
-                if unknown:
-                    raise PlanError(f"unknown {part} keys {unknown}; valid: {', '.join(names)}")
-            data = {**data["settings"], **data["vm"]}
-        unknown = sorted(set(data) - set(cls.FIELDS))
-        if unknown:
-            raise PlanError(f"unknown configuration keys {unknown}; valid: {', '.join(cls.FIELDS)}")
-        missing = [k for k in ("host", "interface", "address", "nic_mbps", "guarantee_mbps") if k not in data]
-        if missing:
-            raise PlanError(f"configuration lacks {', '.join(missing)}")
-        pairs = data.get("pair_limits_mbps")
-        if pairs is None:
-            pairs = {}
-        if not isinstance(pairs, dict):
-            raise PlanError(f"pair_limits_mbps {pairs!r} must be an object of IPv4 address -> Mb/s")
+        if "settings" not in data and "vm" not in data:          # the flat form
+            missing = [k for k in ("host", "interface", "address", "nic_mbps", "guarantee_mbps") if k not in data]
+            if missing and not set(data) - set(cls.FIELDS):
+                raise PlanError(f"configuration lacks {', '.join(missing)}")
+            return cls.of(**data)
         try:
-            cfg = cls.of(**{**data, "pair_limits_mbps": dict(pairs)})
-        except TypeError as exc:
-            raise PlanError(f"configuration: {exc}") from None
-        cfg.check()
-        return cfg
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
+            vm = data.get("vm") if isinstance(data.get("vm"), dict) else {}
+            problems = [_problem(e) for e in exc.errors(include_url=False)]
+            # the cross-field rule pydantic skips while fields are wrong: all problems at once
+            nic, g = settings.get("nic_mbps"), vm.get("guarantee_mbps")
+            if _finite(nic) and _finite(g) and g > nic and not any("nic_mbps (" in p for p in problems):
+                problems.append(f"vm.guarantee_mbps {g!r} must be within 0..nic_mbps ({nic:g})")
+            raise PlanError(f"host {settings.get('host')}: " + "; ".join(problems)) from None
 
     def check(self) -> None:
-        problems = []
-        if not isinstance(self.host, str) or not _HOST_RE.fullmatch(self.host):
-            problems.append(f"host {self.host!r} must be 1-64 letters, digits, '_', '-' or '.'")
-        if not isinstance(self.interface, str) or not _IFNAME_RE.fullmatch(self.interface):
-            problems.append(f"interface {self.interface!r} must be a Linux interface name (1-15 characters, "
-                            "no '/', ':' or white space)")
-        try:
-            ipaddress.IPv4Address(self.address)
-        except (ValueError, TypeError):
-            problems.append(f"address {self.address!r} is not an IPv4 address")
-        if not _num(self.nic_mbps) or not 0 < self.nic_mbps <= MAX_NIC_MBPS:
-            problems.append(f"nic_mbps {self.nic_mbps!r} must be a number in (0, {MAX_NIC_MBPS}]")
-        if not _num(self.guarantee_mbps) or self.guarantee_mbps < 0 or (
-                _num(self.nic_mbps) and self.guarantee_mbps > self.nic_mbps):
-            problems.append(f"guarantee_mbps {self.guarantee_mbps!r} must be within 0..nic_mbps")
-        if not isinstance(self.wc_subflows, int) or not 0 <= self.wc_subflows <= 8:
-            problems.append(f"wc_subflows {self.wc_subflows!r} must be an integer 0..8")
-        if not isinstance(self.join_port_base, int) or not 1024 <= self.join_port_base <= 65000:
-            problems.append(f"join_port_base {self.join_port_base!r} must be an integer 1024..65000")
-        if self.policy not in POLICIES:
-            problems.append(f"policy {self.policy!r} must be one of {', '.join(POLICIES)}")
-        elif self.policy == "explicit" and self.competition is None:
-            problems.append("policy 'explicit' needs competition in [0, 1e6]")
-        if self.competition is not None and (not _num(self.competition) or not 0 <= self.competition <= 1e6):
-            problems.append(f"competition {self.competition!r} must be in [0, 1e6]")
-        if not _num(self.unit_mbps) or not 0 < self.unit_mbps <= MAX_NIC_MBPS:
-            problems.append(f"unit_mbps {self.unit_mbps!r} must be in (0, {MAX_NIC_MBPS}]")
-        if not _num(self.beta) or not 0 < self.beta <= 100:
-            problems.append(f"beta {self.beta!r} must be in (0, 100]")
-        if not _num(self.rtt_hint_ms) or not 0 < self.rtt_hint_ms <= 10_000:
-            problems.append(f"rtt_hint_ms {self.rtt_hint_ms!r} must be in (0, 10000]")
-        if not _num(self.rcvbuf_initial_kb) or not 4 <= self.rcvbuf_initial_kb <= 65536:
-            problems.append(f"rcvbuf_initial_kb {self.rcvbuf_initial_kb!r} must be in [4, 65536]")
-        if not isinstance(self.stale_loss_cnt, int) or isinstance(self.stale_loss_cnt, bool) or \
-                not 1 <= self.stale_loss_cnt <= 100:
-            problems.append(f"stale_loss_cnt {self.stale_loss_cnt!r} must be an integer 1..100")
-        if self.rto_min_ms is not None and (not _num(self.rto_min_ms) or not 1 <= self.rto_min_ms <= 1000):
-            problems.append(f"rto_min_ms {self.rto_min_ms!r} must be in [1, 1000] (or absent: the kernel's)")
-        for name in ("ecn", "pace_bg"):
-            if not isinstance(getattr(self, name), bool):
-                problems.append(f"{name} {getattr(self, name)!r} must be true or false")
-        if len(self.pair_limits_mbps) > MAX_PAIRS:
-            problems.append(f"pair_limits_mbps: {len(self.pair_limits_mbps)} destinations, at most {MAX_PAIRS} "
-                            "(one HTB class and one u32 filter priority each)")
-        for dst, mbps in self.pair_limits_mbps.items():
-            try:
-                if str(ipaddress.IPv4Address(dst)) != dst:
-                    raise ValueError
-            except ValueError:
-                problems.append(f"pair_limits_mbps: {dst!r} is not an IPv4 address (dotted quad)")
-            if not _num(mbps) or mbps <= 0 or (_num(self.nic_mbps) and mbps > self.nic_mbps):
-                problems.append(f"pair_limits_mbps[{dst}] {mbps!r} must be within (0, nic_mbps]")
-        if problems:
-            raise PlanError(f"host {self.host}: " + "; ".join(problems))
+        """Checked on construction already; kept for callers that say so."""
+
+    def __getattr__(self, name: str):
+        if name in POLICY_FIELDS:
+            return getattr(self.vm, name)
+        if name in SETTINGS_FIELDS:
+            return getattr(self.settings, name)
+        return super().__getattr__(name)
 
     @property
     def a_l(self) -> float:
         return competition_level(self.policy, self.guarantee_mbps, self.unit_mbps, self.competition)
 
 
-def _num(x: Any) -> bool:
-    """A finite int or float (NaN and +-Infinity are refused everywhere)."""
-    return finite_number(x)
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+
+
+def _problem(err: dict) -> str:
+    """One pydantic error as "<field> <value>: <why>"; wrong keys by name."""
+    loc = [p for p in err["loc"] if not str(p).startswith(("function-", "literal[", "[key]"))]
+    # the field by name, then any keys inside it: pair_limits_mbps['10.0.0.1']
+    named = [str(p) for p in loc if p not in ("settings", "vm")]
+    field_ = (named[0] + "".join(f"[{k!r}]" for k in named[1:])) if named else "configuration"
+    loc = [str(p) for p in loc]
+    if err["type"] == "extra_forbidden":
+        return f"unknown key {'.'.join(loc)}"
+    if err["type"] == "missing":
+        return f"{'.'.join(loc)} is required"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "value_error" and len(loc) <= 1:
+        return msg
+    return f"{field_} {err.get('input')!r}: {msg}"
 
 
 # ---- steps ------------------------------------------------------------------------------------
