@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 # the defaults are the algorithms' own (literals here would drift from them)
 from apps.lessor.pmpt import DEFAULT_EPSILON
 from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
 from controller.topology import TopologyDescription, TopologyError
+from controller.validate import IPAddress, StrictModel
 from hostagent.plan import MAX_NIC_MBPS, Tuning
 from hostagent.policy import POLICIES
 
@@ -55,9 +56,7 @@ class ConfigError(ValueError):
         super().__init__("invalid configuration:\n  " + "\n  ".join(self.problems))
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=True,
-                              validate_default=True)
+_Strict = StrictModel
 
 
 # ---- controller -----------------------------------------------------------------------------
@@ -68,15 +67,9 @@ class OpenFlowTls(_Strict):
 
 
 class OpenFlow(_Strict):
-    listen: str = Field("127.0.0.1", description="address the OpenFlow listener binds")
+    listen: IPAddress = Field("127.0.0.1", description="address the OpenFlow listener binds")
     port: int = Field(6653, ge=1, le=65535, description="OpenFlow TCP port")
     tls: OpenFlowTls | None = Field(None, description="OpenFlow over TLS (all three files); absent: plain TCP")
-
-    @field_validator("listen")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        ipaddress.ip_address(v)
-        return v
 
 
 class Controller(_Strict):
@@ -553,7 +546,7 @@ def reference_markdown() -> str:
                 d = f.get_default(call_default_factory=True)
                 default = "(section)" if isinstance(d, BaseModel) else f"`{json.dumps(d)}`"
             kind = (f"map of name to {sub.__name__}" if _is_dict(ann) else sub.__name__) if sub else _type_name(ann)
-            constraints = " ".join(str(m) for m in f.metadata)
+            constraints = " ".join(_constraint(m) for m in f.metadata)
             rows.append(f"| `{path}` | {kind} {constraints} | {default} | {f.description or ''} |")
             if sub:
                 nested.append((sub, path + ("." if not _is_dict(ann) else ".<name>.")))
@@ -564,6 +557,14 @@ def reference_markdown() -> str:
 
     walk(Config, "")
     return "\n".join(lines)
+
+
+def _constraint(m: Any) -> str:
+    """A field's constraint as the reference shows it (validators by what they check)."""
+    func = getattr(m, "func", None)
+    if func is not None:
+        return {"_ip": "(an IP address)", "_ipv4": "(an IPv4 address)"}.get(func.__name__, "(checked)")
+    return str(m)
 
 
 def _is_dict(ann: Any) -> bool:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 MAX_NESTING = 32   # no bwfabric document is deeper than a handful of levels
 
@@ -67,3 +69,28 @@ def strict_json(raw: str | bytes, what: str, max_depth: int = MAX_NESTING) -> An
         raise ValueError(f"{what}: not valid JSON: {exc}") from None
     except RecursionError:
         raise ValueError(f"{what}: nested too deeply") from None
+
+
+# ---- schema building blocks (pydantic), shared by the configuration and the agent --------------
+
+
+class StrictModel(BaseModel):
+    """Types as declared (no coercion), no unknown keys, no NaN/Infinity,
+    immutable; defaults are checked too."""
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=True, validate_default=True)
+
+
+def _ip(v: str) -> str:
+    import ipaddress
+    ipaddress.ip_address(v)
+    return v
+
+
+def _ipv4(v: str) -> str:
+    import ipaddress
+    ipaddress.IPv4Address(v)
+    return v
+
+
+IPAddress = Annotated[str, AfterValidator(_ip)]       # IPv4 or IPv6, as text
+IPv4Address = Annotated[str, AfterValidator(_ipv4)]

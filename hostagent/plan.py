@@ -27,9 +27,10 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG, TOS_MASK, TOS_WC  # noqa: F401 (re-exported)
+from controller.validate import IPv4Address, StrictModel
 from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
                               receive_buffer_bytes)
 
@@ -57,9 +58,7 @@ class PlanError(ValueError):
     pass
 
 
-class _Strict(BaseModel):
-    """Types as declared (no coercion), no unknown keys, no NaN/Infinity."""
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=True)
+_Strict = StrictModel
 
 
 class Tuning(_Strict):
@@ -99,14 +98,8 @@ class HostSettings(Tuning):
     """The host's own shape (from the topology) and its tuning."""
     host: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     interface: str = Field(pattern=r"^[^/:\s]{1,15}$")
-    address: str
+    address: IPv4Address
     nic_mbps: float = Field(gt=0, le=MAX_NIC_MBPS)
-
-    @field_validator("address")
-    @classmethod
-    def _ipv4(cls, v: str) -> str:
-        ipaddress.IPv4Address(v)
-        return v
 
 
 class VmPolicy(_Strict):
