@@ -31,6 +31,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ from controller.validate import strict_json
 log = logging.getLogger("bwfabric.api")
 MAX_BODY = 64 * 1024
 PROVIDERS: dict[str, Any] = {}       # "flows" -> callable returning LESSOR's flows (registered by the app)
-_NAME = __import__("re").compile(NAME_PATTERN)
+_NAME = re.compile(NAME_PATTERN)
 
 
 def read_token(path: Path) -> str:

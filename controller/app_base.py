@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from controller import api, config, metrics, ofmsg, ofsend
+from controller import api, config, metrics, ofmsg, ofsend, runtime
 from controller.loops import LoopGuard
 from controller.network_view import NetworkView
 from controller.portstats import PortLoads
@@ -137,7 +137,10 @@ class ForwardingApp(FabricApp):
         """Every switch's port counters, every ``controller.port_stats_s``;
         a failed round is logged and counted, the loop goes on."""
         while True:
-            period = config.active().cfg.controller.port_stats_s
+            # the configuration in force (a reload may change the period); under
+            # ryu-manager there is no runtime: the one the app started with
+            rt = runtime.current()
+            period = (rt.loaded if rt is not None else self.config).cfg.controller.port_stats_s
             hub.sleep(self.guard.backoff("port_stats", period))
             self.guard.run("port_stats", self._port_stats_round)
 

@@ -127,7 +127,6 @@ class PrioQueues(_Strict):
 # ---- host agents ----------------------------------------------------------------------------
 # A host's tuning: the agent's own model (one schema for both sides of the channel)
 AgentTuning = Tuning
-_TUNING_FIELDS = tuple(AgentTuning.model_fields)
 
 
 class AgentHost(_Strict):

@@ -144,13 +144,8 @@ class Services:
 
 
 def start_services(rt: runtime.Runtime) -> Services:
-    from controller import tenancy
     from controller.agent_sessions import AgentSessions
-    sessions = None
-    if tenancy.agent_endpoints(rt.loaded):
-        sessions = AgentSessions(rt.generation).start(rt.loaded, rt.version)
-    else:
-        sessions = AgentSessions(rt.generation)
+    sessions = AgentSessions(rt.generation).start(rt.loaded, rt.version)   # none declared: no sessions
     rt.subscribe("agents", lambda old, new: sessions.update(old, new, rt.version))
     from controller import metrics
     metrics.register("runtime", lambda: runtime.samples(rt))
@@ -159,8 +154,7 @@ def start_services(rt: runtime.Runtime) -> Services:
     if rt.loaded.cfg.api is not None:
         from controller import api as api_mod
         api = api_mod.serve(rt, sessions)
-    rt.services = Services(sessions, api)
-    return rt.services
+    return Services(sessions, api)
 
 
 def reload_quietly(rt: runtime.Runtime) -> None:

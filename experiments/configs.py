@@ -4,13 +4,13 @@ the same client as ``bwfabric status``) for changes during a run."""
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
 import yaml
 
 from bwfabric.client import ApiClient  # noqa: F401 (re-exported for experiments)
+from hostagent.channel import write_secret
 
 
 def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_queues: bool = False,
@@ -41,20 +41,15 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
         agents_dir.mkdir(parents=True, exist_ok=True)
         master = agents_dir / "master.key"
         if not master.exists():
-            _secret(master, secrets.token_hex(32))
+            write_secret(master, secrets.token_hex(32) + "\n")
         data["agents"] = {"master_key_file": str(master), "address_template": f"unix:{agents_dir}/{{host}}.sock",
                           "status_interval_s": 1.0, **({"defaults": agent_defaults} if agent_defaults else {})}
     if api_port is not None:
         token = path.parent.resolve() / "api.token"
         if not token.exists():
-            _secret(token, secrets.token_hex(24))
+            write_secret(token, secrets.token_hex(24) + "\n")
         data["api"] = {"listen": f"127.0.0.1:{api_port}", "token_file": str(token),
                        "state_file": str(path.parent.resolve() / "api-state.yaml")}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
-
-def _secret(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text + "\n")

@@ -22,7 +22,6 @@ tenants' aggregate against what the fabric can carry for them.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -269,5 +268,4 @@ def run(cfg: Config, out_dir: Path) -> dict:
         print(line)
     print(f"\nresults: {out_dir / 'results.json'}  plot: {out_dir / 'results.png'}  "
           f"(bwfabric's /metrics at the end: {out_dir / 'metrics-bwfabric.txt'})")
-    json.dumps(report["summary"])
     return report

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG, TOS_MASK, TOS_WC  # noqa: F401 (re-exported)
-from controller.validate import IPv4Address, StrictModel
+from controller.validate import IPv4Address, StrictModel, finite_number
 from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
                               receive_buffer_bytes)
 
@@ -189,12 +189,9 @@ class HostConfig(_Strict):
             problems = [_problem(e) for e in exc.errors(include_url=False)]
             # the cross-field rule pydantic skips while fields are wrong: all problems at once
             nic, g = settings.get("nic_mbps"), vm.get("guarantee_mbps")
-            if _finite(nic) and _finite(g) and g > nic and not any("nic_mbps (" in p for p in problems):
+            if finite_number(nic) and finite_number(g) and g > nic and not any("nic_mbps (" in p for p in problems):
                 problems.append(f"vm.guarantee_mbps {g!r} must be within 0..nic_mbps ({nic:g})")
             raise PlanError(f"host {settings.get('host')}: " + "; ".join(problems)) from None
-
-    def check(self) -> None:
-        """Checked on construction already; kept for callers that say so."""
 
     def __getattr__(self, name: str):
         if name in POLICY_FIELDS:
@@ -206,10 +203,6 @@ class HostConfig(_Strict):
     @property
     def a_l(self) -> float:
         return competition_level(self.policy, self.guarantee_mbps, self.unit_mbps, self.competition)
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
 
 
 def _problem(err: dict) -> str:
@@ -475,6 +468,5 @@ def bpf_plan(cfg: HostConfig) -> list[BpfMapSet]:
 def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str, int] | None = None) -> Plan:
     """``slots``: the pair slots in force (read back from the kernel), so
     that a new plan keeps every remaining destination's class and filter."""
-    cfg.check()
     return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg), *tc_plan(cfg, slots),
                        *bpf_plan(cfg)]))
