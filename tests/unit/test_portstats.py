@@ -1,0 +1,59 @@
+"""Link loads from port statistics: byte deltas over the switch's own
+duration counters, the host direction from rx, resets and garbage ignored."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.network_view import NetworkView
+from controller.portstats import PortLoads
+from mininet_topos import builders
+
+VIEW = NetworkView(builders.fattree(4, link_mbps=10))
+H1_PORT = VIEW.port("e0_0", "h1")
+UP = VIEW.port("e0_0", "a0_0")
+
+
+def test_rates_come_from_the_switchs_durations_not_the_controllers_clock():
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(H1_PORT, 0, 0, 10, 0), (UP, 0, 0, 10, 0)], now=100.0)
+    # the reply arrives 3 s later by the controller's clock, but the switch counted 2.5 s
+    p.record("e0_0", [(H1_PORT, 1_250_000, 2_500_000, 12, 500_000_000), (UP, 625_000, 0, 12, 500_000_000)],
+             now=103.0)
+    loads = p.link_loads()
+    assert loads[("e0_0", "h1")] == pytest.approx(4e6)          # tx towards the host
+    assert loads[("h1", "e0_0")] == pytest.approx(8e6)          # the host's direction: what the port received
+    assert loads[("e0_0", "a0_0")] == pytest.approx(2e6)
+    assert ("a0_0", "e0_0") not in loads                        # a switch's own port tells its direction
+
+
+def test_a_reset_counter_or_a_repeated_reply_gives_no_sample():
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(UP, 1000, 0, 10, 0)], now=0.0)
+    p.record("e0_0", [(UP, 500, 0, 11, 0)], now=1.0)            # counter went back: the port reset
+    p.record("e0_0", [(UP, 900, 0, 11, 0)], now=2.0)            # same duration: no time passed
+    assert p.link_loads() == {}
+    p.record("e0_0", [(UP, 1400, 0, 12, 0)], now=3.0)
+    assert p.link_loads()[("e0_0", "a0_0")] == pytest.approx(500 * 8 / 1.0)
+
+
+def test_a_switch_without_durations_uses_the_controllers_clock():
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(UP, 0, 0, 0xFFFFFFFF, 0)], now=10.0)
+    p.record("e0_0", [(UP, 1_000_000, 0, 0xFFFFFFFF, 0)], now=12.0)
+    assert p.link_loads()[("e0_0", "a0_0")] == pytest.approx(4e6)
+
+
+_value = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True), st.none(),
+                   st.booleans(), st.text(max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([H1_PORT, UP, 99, -1]), _value, _value, _value, _value), max_size=6))
+def test_garbage_in_a_reply_is_refused_and_never_stored(rows):
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(UP, 0, 0, 1, 0)], now=0.0)
+    p.record("e0_0", rows, now=1.0)
+    p.record("e0_0", rows, now=2.0)
+    for v in p.link_loads().values():
+        assert isinstance(v, float) and 0 <= v < float("inf")
