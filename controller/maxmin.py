@@ -45,3 +45,75 @@ def max_min_fair(paths: Sequence[Sequence[Link]], capacity: Mapping[Link, float]
         active = {i for i in active
                   if demand[i] - rate[i] > eps and not any(link in full for link in paths[i])}
     return rate
+
+
+def weighted_max_min(paths: Sequence[Sequence[Link]], capacity: Mapping[Link, float], weights: Sequence[float],
+                     floors: Sequence[float] | None = None, demands: Sequence[float] | None = None) -> list[float]:
+    """Weighted max-min fair rates with guarantees: flow i gets
+    a_i = min(d_i, max(B_i, w_i·x)) where x, one level per bottleneck,
+    rises until a link on the flow's path is full (progressive filling,
+    solved exactly between breakpoints). This is the allocation LRC's
+    equilibrium (Eqs. 7, 28) must reach; it is written independently of
+    LRC's code, to check it. Floors beyond what a link can carry are
+    granted as they are (admission control is not this function's job)."""
+    n = len(paths)
+    floor = list(floors) if floors is not None else [0.0] * n
+    demand = list(demands) if demands is not None else [float("inf")] * n
+    if not (len(weights) == len(floor) == len(demand) == n):
+        raise ValueError("paths, weights, floors and demands differ in length")
+    for i in range(n):
+        if not weights[i] > 0 or not floor[i] >= 0 or not demand[i] >= 0:
+            raise ValueError(f"flow {i}: weight must be > 0, floor and demand >= 0")
+        for link in paths[i]:
+            if link not in capacity:
+                raise KeyError(f"flow {i}: link {link} has no capacity")
+
+    def a(i: int, x: float) -> float:
+        return min(demand[i], max(floor[i], weights[i] * x))
+
+    rate = [0.0] * n
+    active = set(range(n))
+    for i in range(n):
+        if not paths[i]:
+            rate[i] = demand[i] if demand[i] < float("inf") else floor[i]
+            active.discard(i)
+    while active:
+        links = {link for i in active for link in paths[i]}
+        frozen_load = {link: sum(rate[j] for j in range(n) if j not in active and link in paths[j]) for link in links}
+
+        def load(link, x):
+            return frozen_load[link] + sum(a(i, x) for i in active if link in paths[i])
+
+        # the level at which each link fills (inf if it never does)
+        def fill_level(link):
+            users = [i for i in active if link in paths[i]]
+            cap = capacity[link]
+            points = sorted({0.0} | {floor[i] / weights[i] for i in users} | {demand[i] / weights[i] for i in users
+                                                                              if demand[i] < float("inf")})
+            if load(link, 0.0) >= cap:
+                return 0.0
+            prev = 0.0
+            for p in points[1:]:
+                if load(link, p) >= cap:
+                    break
+                prev = p
+            else:
+                slope = sum(weights[i] for i in users if demand[i] == float("inf") and weights[i] * prev >= floor[i])
+                if slope == 0:
+                    return float("inf")
+                return prev + (cap - load(link, prev)) / slope
+            lo, hi = prev, p                       # linear between consecutive breakpoints
+            return lo + (hi - lo) * (cap - load(link, lo)) / (load(link, hi) - load(link, lo))
+
+        levels = {link: fill_level(link) for link in links}
+        demand_levels = [demand[i] / weights[i] for i in active if demand[i] < float("inf")]
+        x = min(list(levels.values()) + demand_levels + [float("inf")])
+        if x == float("inf"):
+            raise ValueError("a flow without demand limit crosses no link that fills")
+        eps = 1e-12 * max(1.0, x)
+        full = {link for link, lv in levels.items() if lv <= x + eps}
+        done = {i for i in active if any(link in full for link in paths[i]) or demand[i] / weights[i] <= x + eps}
+        for i in done:
+            rate[i] = a(i, x)
+        active -= done
+    return rate

@@ -1,0 +1,241 @@
+"""LRC's two stateful halves, pure: the controller's link factors and a
+host's pair rates. The os-ken app, the host agent and the simulator all
+drive these same classes (the simulator is not a copy of the product).
+
+- :class:`LinkFactors` (controller, every τ_r): the VM-pairs active on
+  each link -> r_l re-seeded on joins and leaves, stepped by Eq. 27 from
+  the links' measured loads -> r̃_i per pair.
+- :class:`PairRates` (host agent, every τ_v): the latest (r̃_i, w_i, B_i)
+  per pair from the controller -> v_i by Eq. 27 -> limits by Eq. 28, held
+  when factors stop arriving and then dropped to B_i (the fail-safe).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Hashable, Mapping
+
+from apps.lrc import model as M
+
+Link = Hashable
+
+
+@dataclass(frozen=True)
+class PairPath:
+    """A VM-pair as the controller sees it: Eq. 1's weight, Eq. 2's
+    guarantee and every link its traffic may use (the union of its paths)."""
+    weight: float
+    guarantee_mbps: float
+    links: frozenset
+
+
+@dataclass
+class LinkFactors:
+    params: M.LrcParams
+    capacity_mbps: Mapping[Link, float]
+    mu_by_link: Mapping[Link, float] = field(default_factory=dict)   # a link's own μ (else params.mu)
+    r: dict = field(default_factory=dict)            # link -> r_l (Mb/s per unit weight)
+    pairs: dict = field(default_factory=dict)        # pair -> PairPath
+    members: dict = field(default_factory=dict)      # link -> set of pairs
+    v_hat: dict = field(default_factory=dict)        # pair -> the hosts' v as the controller models it
+    refused_loads: int = 0
+    rescales: int = 0
+
+    def __post_init__(self) -> None:
+        for link, c in self.capacity_mbps.items():
+            M._positive(f"capacity of link {link!r}", c)
+        for link, mu in self.mu_by_link.items():
+            if not (M.finite_number(mu) and 0 < mu <= 1):
+                raise M.LrcError(f"mu of link {link!r} {mu!r} must be within (0, 1]")
+
+    def mu_c(self, link: Link) -> float:
+        return self.mu_by_link.get(link, self.params.mu) * self.capacity_mbps[link]
+
+    def _bounds(self, link: Link) -> tuple[float, float]:
+        ws = [self.pairs[p].weight for p in self.members[link]]
+        mu_c = self.mu_c(link)
+        return self.params.factor_floor * mu_c / sum(ws), mu_c / min(ws)
+
+    def _clamp(self, link: Link, r: float) -> float:
+        lo, hi = self._bounds(link)
+        return min(max(r, lo), hi)
+
+    def set_pairs(self, pairs: Mapping[Hashable, PairPath]) -> set:
+        """The active pairs now (all of them). Links whose pairs changed are
+        re-seeded; returns those links."""
+        for p, pp in pairs.items():
+            M._positive(f"weight of pair {p!r}", pp.weight)
+            M._non_negative(f"guarantee of pair {p!r}", pp.guarantee_mbps)
+            unknown = [link for link in pp.links if link not in self.capacity_mbps]
+            if unknown:
+                raise M.LrcError(f"pair {p!r} crosses links without a capacity: {unknown!r}")
+        old_members = self.members
+        old_sum = {link: sum(self.pairs[p].weight for p in ps) for link, ps in old_members.items()}
+        old_pairs = self.pairs
+        self.pairs = dict(pairs)
+        self.members = {}
+        for p, pp in self.pairs.items():
+            for link in pp.links:
+                self.members.setdefault(link, set()).add(p)
+        changed = set()
+        for link in list(self.r):
+            if link not in self.members:
+                del self.r[link]
+        self.v_hat = {p: self.v_hat[p] if p in self.v_hat else max(pp.guarantee_mbps, self.params.v_floor_mbps)
+                      for p, pp in self.pairs.items()}
+        # pass 1: links that keep the same pairs with the same terms keep r_l;
+        # pass 2 re-seeds the rest, seeing the kept factors of the pairs' other links
+        for link, ps in self.members.items():
+            if link in self.r and old_members.get(link) == ps and all(old_pairs[p] == self.pairs[p] for p in ps):
+                continue
+            changed.add(link)
+        for link in sorted(changed, key=repr):
+            mu_c = self.mu_c(link)
+            new_sum = sum(self.pairs[p].weight for p in self.members[link])
+            if link not in self.r:
+                seed = M.initial_factor(mu_c, new_sum) if self.params.rescale != "equilibrium" \
+                    else M.equilibrium_factor(mu_c, self._terms(link))
+            else:
+                seed = M.rescaled_factor(self.params.rescale, self.r[link], mu_c, old_sum.get(link) or new_sum,
+                                         new_sum, self._terms(link))
+                self.rescales += 1
+            self.r[link] = self._clamp(link, seed)
+        return changed
+
+    def _terms(self, link: Link) -> list[tuple[float, float, float]]:
+        out = []
+        for p in sorted(self.members[link], key=repr):
+            pp = self.pairs[p]
+            elsewhere = [self.r[o] for o in pp.links if o != link and o in self.r]
+            out.append((pp.weight, pp.guarantee_mbps, min(elsewhere) if elsewhere else math.inf))
+        return out
+
+    def seed(self, link: Link, r: float) -> None:
+        """Resume from what the hosts run (a restarted controller): r_l =
+        the largest v_i/w_i the link's pairs report, within bounds."""
+        if link not in self.members:
+            raise M.LrcError(f"link {link!r} carries no pair")
+        self.r[link] = self._clamp(link, M._positive(f"factor of link {link!r}", r))
+
+    def update(self, loads_mbps: Mapping[Link, float]) -> None:
+        """One τ_r round: Eq. 27 on every link with pairs and a load sample.
+        A missing or invalid load leaves that link's factor as it is."""
+        p = self.params
+        lag = self.lag() if p.anti_windup else {}
+        for link in sorted(self.members, key=repr):
+            load = loads_mbps.get(link)
+            if not M.finite_number(load) or load < 0:
+                if load is not None:
+                    self.refused_loads += 1
+                continue
+            lo, hi = self._bounds(link)
+            self.r[link] = M.next_link_factor(self.r[link], load + lag.get(link, 0.0), self.mu_c(link), p.beta,
+                                              p.tau_r_s, lo, hi)
+        self._advance_model()
+
+    def lag(self) -> dict:
+        """Per link, how much more the pairs' limits would carry once every
+        v has reached its target w_i·r̃_i: Σ (max(B, w·r̃) − max(B, v̂))⁺.
+        Counting it as load keeps r_l from winding up while the hosts'
+        v are still climbing (anti-windup, not in the paper; it is zero at
+        equilibrium, so Eq. 7 is unchanged)."""
+        out: dict = {}
+        for pair, pp in self.pairs.items():
+            if not pp.links:
+                continue
+            target = max(pp.guarantee_mbps, pp.weight * self.pair_factor(pair))
+            gap = target - max(pp.guarantee_mbps, self.v_hat[pair])
+            if gap > 0:
+                for link in pp.links:
+                    out[link] = out.get(link, 0.0) + gap
+        return out
+
+    def _advance_model(self) -> None:
+        """The hosts' Eq. 27 over one τ_r, as they will run it."""
+        p = self.params
+        steps = max(1, round(p.tau_r_s / p.tau_v_s))
+        for pair, pp in self.pairs.items():
+            if not pp.links:
+                continue
+            target_r = self.pair_factor(pair)
+            v = self.v_hat[pair]
+            for _ in range(steps):
+                v = M.next_pair_rate(v, pp.weight, target_r, p.alpha, p.tau_v_s, p.v_floor_mbps, math.inf)
+            self.v_hat[pair] = v
+
+    def pair_factor(self, pair: Hashable) -> float:
+        """r̃_i: the least factor over the pair's links."""
+        return min(self.r[link] for link in self.pairs[pair].links)
+
+    def factors(self) -> dict[Hashable, float]:
+        return {p: self.pair_factor(p) for p in self.pairs if self.pairs[p].links}
+
+
+@dataclass
+class PairRate:
+    v: float
+    weight: float
+    guarantee_mbps: float
+    r_tilde: float | None
+    received_at: float | None
+
+
+@dataclass
+class PairRates:
+    """A host's pairs: the latest terms from the controller and v_i."""
+    params: M.LrcParams
+    nic_mbps: float
+    pairs: dict = field(default_factory=dict)      # pair -> PairRate
+
+    def set_terms(self, terms: Mapping[Hashable, tuple[float, float, float]], now: float) -> None:
+        """The controller's latest (r̃_i, w_i, B_i) per pair, all of them
+        checked before any is taken. Pairs it no longer lists keep their
+        state until :meth:`forget` (the host decides when a pair ends)."""
+        checked = {}
+        for p, t in terms.items():
+            if not (isinstance(t, (tuple, list)) and len(t) == 3):
+                raise M.LrcError(f"pair {p!r}: terms must be (r_tilde, weight, guarantee)")
+            r, w, b = t
+            checked[p] = (M._positive(f"pair {p!r} r_tilde", r), M._positive(f"pair {p!r} weight", w),
+                          M._non_negative(f"pair {p!r} guarantee", b))
+            if checked[p][2] > self.nic_mbps:
+                raise M.LrcError(f"pair {p!r} guarantee {b!r} above the NIC's {self.nic_mbps:g} Mb/s")
+        for p, (r, w, b) in checked.items():
+            cur = self.pairs.get(p)
+            if cur is None:
+                self.pairs[p] = PairRate(max(b, self.params.v_floor_mbps), w, b, r, now)
+            else:
+                cur.weight, cur.guarantee_mbps, cur.r_tilde, cur.received_at = w, b, r, now
+
+    def open(self, pair: Hashable, guarantee_mbps: float, weight: float) -> None:
+        """A pair the host saw open before the controller's terms: it starts
+        at its guarantee (Algorithm 1's sender half) and climbs once a factor
+        comes."""
+        if pair not in self.pairs:
+            b = min(M._non_negative("guarantee", guarantee_mbps), self.nic_mbps)
+            self.pairs[pair] = PairRate(max(b, self.params.v_floor_mbps), M._positive("weight", weight), b,
+                                        None, None)
+
+    def forget(self, pair: Hashable) -> None:
+        self.pairs.pop(pair, None)
+
+    def step(self, now: float) -> None:
+        """One τ_v round of Eq. 27 for every pair with a fresh factor; a pair
+        whose factor is older than ``hold_s`` keeps its v."""
+        p = self.params
+        for pr in self.pairs.values():
+            if pr.r_tilde is None or now - pr.received_at > p.hold_s:
+                continue
+            pr.v = M.next_pair_rate(pr.v, pr.weight, pr.r_tilde, p.alpha, p.tau_v_s, p.v_floor_mbps,
+                                    self.nic_mbps)
+
+    def limit(self, pair: Hashable, now: float) -> float:
+        """Eq. 28, or B_i once factors have been missing for ``fallback_s``."""
+        pr = self.pairs[pair]
+        if pr.received_at is not None and now - pr.received_at > self.params.fallback_s:
+            return pr.guarantee_mbps
+        return M.enforced_rate(pr.guarantee_mbps, pr.v)
+
+    def limits(self, now: float) -> dict[Hashable, float]:
+        return {p: self.limit(p, now) for p in self.pairs}
