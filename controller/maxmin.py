@@ -98,7 +98,7 @@ def weighted_max_min(paths: Sequence[Sequence[Link]], capacity: Mapping[Link, fl
                     break
                 prev = p
             else:
-                slope = sum(weights[i] for i in users if demand[i] == float("inf") and weights[i] * prev >= floor[i])
+                slope = sum(weights[i] for i in users if demand[i] == float("inf"))   # past every floor
                 if slope == 0:
                     return float("inf")
                 return prev + (cap - load(link, prev)) / slope

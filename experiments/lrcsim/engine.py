@@ -37,7 +37,8 @@ def fill(caps: np.ndarray, incidence: np.ndarray, capacity: np.ndarray) -> np.nd
     0/1)."""
     if caps.size == 0:
         return caps.copy()
-    if np.all(incidence @ caps <= capacity * (1 + 1e-12)):
+    finite = np.minimum(caps, 2 * float(capacity.sum()) + 1.0)     # inf·0 would be NaN
+    if np.all(incidence @ finite <= capacity * (1 + 1e-12)):
         return caps.copy()                   # nothing is shared: every flow gets its cap
     rate = np.zeros_like(caps)
     active = caps > 0

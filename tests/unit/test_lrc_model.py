@@ -1,0 +1,244 @@
+"""LRC's equations and state, against values worked out by hand."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from apps.lrc import model as M
+from apps.lrc.control import LinkFactors, PairPath, PairRates
+
+INF = math.inf
+
+
+def test_eq1_pair_weight():
+    # w_x/|X^r| + w_y/|Y^s| = 1/2 + 3/3
+    assert M.pair_weight(1.0, 2, 3.0, 3) == pytest.approx(1.5)
+    assert M.pair_weight(2.0, 1, 2.0, 1) == pytest.approx(4.0)
+
+
+def test_eq2_pair_guarantee_takes_the_smaller_half():
+    # sender half 600·1/3 = 200, receiver half 300·2/4 = 150
+    assert M.pair_guarantee(600, 1, 3, 300, 2, 4) == pytest.approx(150)
+    # without a receiver guarantee the pair has none
+    assert M.pair_guarantee(600, 1, 1, 0, 1, 1) == 0
+
+
+def test_pair_terms_over_a_tenant():
+    """a (B 600, w 1), b (B 300, w 1), c (B 300, w 2); a->b, a->c, c->b.
+    X^r(a) = {b, c} (Σw 3), Y^s(b) = {a, c} (Σw 3), Y^s(c) = {a} (Σw 1), X^r(c) = {b}."""
+    vms = {"a": M.Vm(600, 1), "b": M.Vm(300, 1), "c": M.Vm(300, 2)}
+    terms = M.pair_terms([("a", "b"), ("a", "c"), ("c", "b")], vms)
+    assert terms[("a", "b")] == pytest.approx((1 / 2 + 1 / 2, min(600 * 1 / 3, 300 * 1 / 3)))      # (1, 100)
+    assert terms[("a", "c")] == pytest.approx((1 / 2 + 2 / 1, min(600 * 2 / 3, 300 * 1 / 1)))      # (2.5, 300)
+    assert terms[("c", "b")] == pytest.approx((2 / 1 + 1 / 2, min(300 * 1 / 1, 300 * 2 / 3)))      # (2.5, 200)
+    # the sender's halves never add up to more than its hose guarantee, nor a receiver's
+    assert terms[("a", "b")][1] + terms[("a", "c")][1] <= 600
+    assert terms[("a", "b")][1] + terms[("c", "b")][1] <= 300
+
+
+def test_pair_terms_refuse_unknown_vms_and_self_pairs():
+    with pytest.raises(M.LrcError, match="'z' is not declared"):
+        M.pair_terms([("a", "z")], {"a": M.Vm(1, 1)})
+    with pytest.raises(M.LrcError, match="does not send to itself"):
+        M.pair_terms([("a", "a")], {"a": M.Vm(1, 1)})
+
+
+def test_algorithm1_open_close_sequences():
+    weights = {"b": 1.0, "c": 2.0, "d": 3.0}
+    s = M.SenderHalves(600.0, weights.__getitem__)
+    assert s.open("b") is True
+    assert s.halves() == {"b": pytest.approx(600)}
+    assert s.open("b") is False                 # a second connection to b: X^r is the same
+    assert s.open("c") is True
+    assert s.halves() == {"b": pytest.approx(200), "c": pytest.approx(400)}
+    assert s.close("b") is False                # one connection to b is still open
+    assert s.halves() == {"b": pytest.approx(200), "c": pytest.approx(400)}
+    assert s.close("b") is True
+    assert s.halves() == {"c": pytest.approx(600)}
+    with pytest.raises(M.LrcError, match="none is open"):
+        s.close("b")
+    assert s.open("d") is True
+    assert s.halves() == {"c": pytest.approx(240), "d": pytest.approx(360)}
+    assert sum(s.halves().values()) == pytest.approx(600)
+
+
+def test_eq27_host_step():
+    # v = 100, target w·r̃ = 2·200 = 400, α·τ_v = 0.1: 100^0.9·400^0.1 = 100·4^0.1
+    assert M.next_pair_rate(100, 2, 200, 2.0, 0.05, 1, 1e9) == pytest.approx(100 * 4 ** 0.1)
+    assert M.next_pair_rate(100, 2, 200, 2.0, 0.05, 1, 110) == 110          # capped
+    assert M.next_pair_rate(100, 2, 200, 20.0, 0.05, 1, 1e9) == pytest.approx(400)   # α·τ_v = 1: at once
+    with pytest.raises(M.LrcError, match="must be <= 1"):
+        M.next_pair_rate(100, 2, 200, 40.0, 0.05, 1, 1e9)
+
+
+def test_eq27_link_step():
+    # r·exp(β·τ_r·(1 − load/μC)): β·τ_r = 0.2
+    assert M.next_link_factor(100, 450, 900, 2.0, 0.1, 1, 1e9) == pytest.approx(100 * math.exp(0.1))
+    assert M.next_link_factor(100, 1000, 900, 2.0, 0.1, 1, 1e9) == pytest.approx(100 * math.exp(-0.2 / 9))
+    assert M.next_link_factor(100, 900, 900, 2.0, 0.1, 1, 1e9) == pytest.approx(100)
+    assert M.next_link_factor(100, 0, 900, 2.0, 0.1, 1, 105) == 105
+
+
+def test_eq28_and_the_combined_split():
+    assert M.enforced_rate(600, 300) == 600
+    assert M.enforced_rate(0, 300) == 300
+    assert M.split_limits(600, 800) == (600, 200)       # BG at B_i, WC carries LRC's excess
+    assert M.split_limits(600, 300) == (600, 0)
+
+
+def test_equilibrium_factor_by_hand():
+    # X (w 2, B 600) and Y (w 2) on μC 900: 600 + 2r = 900 while 2r <= 600
+    assert M.equilibrium_factor(900, [(2, 600, INF), (2, 0, INF)]) == pytest.approx(150)
+    # no guarantees: Eq. 7, μC/Σw
+    assert M.equilibrium_factor(900, [(1, 0, INF), (2, 0, INF)]) == pytest.approx(300)
+    # one pair held at 100 elsewhere: 100 + r = 900
+    assert M.equilibrium_factor(900, [(1, 0, 100.0), (1, 0, INF)]) == pytest.approx(800)
+    # every pair held elsewhere: the load stops growing at the largest cap
+    assert M.equilibrium_factor(900, [(1, 0, 100.0), (1, 0, 200.0)]) == pytest.approx(200)
+
+
+def params(**kw) -> M.LrcParams:
+    return M.LrcParams(**kw)
+
+
+def test_link_factors_seed_rescale_and_step():
+    lf = LinkFactors(params(rescale="weights", anti_windup=False, beta=2.0), {"L": 1000.0})
+    lf.set_pairs({"A": PairPath(1, 0, frozenset({"L"})), "B": PairPath(2, 0, frozenset({"L"}))})
+    assert lf.r["L"] == pytest.approx(900 / 3)                      # Eq. 7's seed
+    lf.set_pairs({**lf.pairs, "C": PairPath(3, 0, frozenset({"L"}))})
+    assert lf.r["L"] == pytest.approx(300 * 3 / 6)                  # Σw_old/Σw_new
+    lf.update({"L": 450.0})
+    assert lf.r["L"] == pytest.approx(150 * math.exp(0.2 * 0.5))
+    assert lf.pair_factor("C") == lf.r["L"]
+    lf.update({"L": float("nan")})                                  # a bad sample changes nothing
+    assert lf.r["L"] == pytest.approx(150 * math.exp(0.1)) and lf.refused_loads == 1
+    for _ in range(500):
+        lf.update({"L": 0.0})
+    assert lf.r["L"] == pytest.approx(900 / 1)                      # capped at μC/w_min
+    lf.set_pairs({})
+    assert lf.r == {}
+
+
+def test_link_factors_equilibrium_reseed_with_guarantees():
+    lf = LinkFactors(params(), {"L": 1000.0})
+    lf.set_pairs({"X": PairPath(2, 600, frozenset({"L"}))})
+    assert lf.r["L"] == pytest.approx(900 / 2)
+    lf.set_pairs({"X": PairPath(2, 600, frozenset({"L"})), "Y": PairPath(2, 0, frozenset({"L"}))})
+    assert lf.r["L"] == pytest.approx(150)
+
+
+def test_pair_factor_is_the_least_on_the_path():
+    lf = LinkFactors(params(rescale="weights"), {"L": 1000.0, "M": 100.0})
+    lf.set_pairs({"A": PairPath(1, 0, frozenset({"L", "M"})), "B": PairPath(1, 0, frozenset({"L"}))})
+    assert lf.pair_factor("A") == pytest.approx(90)
+    assert lf.pair_factor("B") == pytest.approx(450)
+
+
+def test_anti_windup_counts_the_climb_still_to_come():
+    two = {"A": PairPath(1, 0, frozenset({"L"})), "B": PairPath(1, 0, frozenset({"L"}))}
+    lf = LinkFactors(params(anti_windup=True, rescale="weights", beta=1.0), {"L": 1000.0})
+    lf.set_pairs(two)
+    # the modelled v start at the floor (1 Mb/s); their targets are 450 each
+    assert lf.lag() == {"L": pytest.approx(2 * (450 - 1))}
+    lf.update({"L": 2.0})                 # the load is low only because v is still climbing
+    assert lf.r["L"] == pytest.approx(450 * math.exp(0.1 * (1 - (2 + 898) / 900)))   # = 450: no wind-up
+    off = LinkFactors(params(anti_windup=False, rescale="weights", beta=1.0), {"L": 1000.0})
+    off.set_pairs(two)
+    off.update({"L": 2.0})
+    assert off.r["L"] == pytest.approx(450 * math.exp(0.1 * (1 - 2 / 900)))
+    # the model climbs as the hosts do (Eq. 27, τ_r/τ_v steps per round): the lag shrinks to nothing
+    for _ in range(50):
+        lf.update({"L": 900.0})
+    assert sum(lf.lag().values()) < 1e-3
+
+
+def test_seed_resumes_within_bounds():
+    lf = LinkFactors(params(), {"L": 1000.0})
+    lf.set_pairs({"A": PairPath(1, 0, frozenset({"L"})), "B": PairPath(2, 0, frozenset({"L"}))})
+    lf.seed("L", 250.0)
+    assert lf.r["L"] == 250.0
+    lf.seed("L", 1e9)
+    assert lf.r["L"] == pytest.approx(900)                 # μC/w_min
+    with pytest.raises(M.LrcError, match="carries no pair"):
+        lf.seed("Q", 1.0)
+
+
+def test_link_factors_refuse_unknown_links_and_bad_terms():
+    lf = LinkFactors(params(), {"L": 1000.0})
+    with pytest.raises(M.LrcError, match="without a capacity"):
+        lf.set_pairs({"A": PairPath(1, 0, frozenset({"Q"}))})
+    with pytest.raises(M.LrcError, match="weight of pair"):
+        lf.set_pairs({"A": PairPath(float("nan"), 0, frozenset({"L"}))})
+    assert lf.pairs == {} and lf.r == {}
+
+
+def test_pair_rates_start_at_the_guarantee_climb_hold_and_fall_back():
+    p = params(alpha=2.0, hold_s=1.0, fallback_s=5.0)
+    h = PairRates(p, 1000.0)
+    h.open("X", 600, 2)
+    assert h.limit("X", 0.0) == 600                    # Algorithm 1: B_i at once
+    h.set_terms({"X": (450.0, 2.0, 600.0)}, now=0.0)
+    h.step(0.0)
+    assert h.pairs["X"].v == pytest.approx(600 ** 0.9 * 900 ** 0.1)
+    for k in range(1, 200):
+        h.step(k * 0.005)                              # within hold_s of the last factor
+    held = h.pairs["X"].v
+    h.step(1.5)                                        # the factor is 1.5 s old: v is held
+    assert h.pairs["X"].v == held and h.limit("X", 1.5) == pytest.approx(held)
+    assert h.limit("X", 5.5) == 600                    # 5.5 s without a factor: B_i
+    h.set_terms({"X": (450.0, 2.0, 600.0)}, now=6.0)   # factors again: Eq. 28 again
+    assert h.limit("X", 6.0) == pytest.approx(held)
+
+
+def test_pair_rates_take_all_terms_or_none():
+    h = PairRates(params(), 1000.0)
+    h.set_terms({"X": (100.0, 1.0, 0.0)}, now=0.0)
+    with pytest.raises(M.LrcError, match="'Y' guarantee"):
+        h.set_terms({"X": (200.0, 1.0, 0.0), "Y": (100.0, 1.0, float("inf"))}, now=1.0)
+    assert h.pairs["X"].r_tilde == 100.0 and "Y" not in h.pairs
+
+
+def test_params_refuse_unstable_steps_and_non_finite_values():
+    with pytest.raises(ValidationError, match="alpha·tau_v_s"):
+        M.LrcParams(alpha=30.0, tau_v_s=0.05)
+    with pytest.raises(ValidationError, match="beta·tau_r_s"):
+        M.LrcParams(beta=20.0, tau_r_s=0.1)
+    with pytest.raises(ValidationError, match="fallback_s"):
+        M.LrcParams(hold_s=5.0, fallback_s=1.0)
+
+
+@given(st.sampled_from(["alpha", "beta", "tau_v_s", "tau_r_s", "mu", "v_floor_mbps", "factor_floor", "hold_s"]),
+       st.one_of(st.just(float("nan")), st.just(float("inf")), st.just(-float("inf")), st.floats(max_value=0),
+                 st.text(max_size=3), st.booleans()))
+def test_params_refuse_by_name(name, value):
+    with pytest.raises(ValidationError, match=name):
+        M.LrcParams(**{name: value})
+
+
+@given(st.one_of(st.just(float("nan")), st.just(float("inf")), st.floats(max_value=-1e-9)),
+       st.sampled_from(["v", "w_i", "r_tilde"]))
+def test_host_step_refuses_bad_inputs_by_name(bad, which):
+    args = {"v": 100.0, "w_i": 1.0, "r_tilde": 100.0}
+    args[which] = bad
+    with pytest.raises(M.LrcError, match=which):
+        M.next_pair_rate(args["v"], args["w_i"], args["r_tilde"], 2.0, 0.05, 1.0, 1e9)
+
+
+@given(st.lists(st.tuples(st.floats(0.1, 10), st.floats(0, 300), st.one_of(st.just(INF), st.floats(1, 1000))),
+                min_size=1, max_size=8), st.floats(100, 2000))
+def test_equilibrium_factor_solves_its_equation(members, mu_c):
+    r = M.equilibrium_factor(mu_c, members)
+
+    def load(x):
+        return sum(max(b, w * min(x, ro)) for w, b, ro in members)
+    guarantees = sum(b for _, b, _ in members)
+    if guarantees >= mu_c:
+        return                                   # the guarantees fill it on their own
+    if load(1e12) < mu_c:
+        assert load(r) == pytest.approx(load(1e12))   # cannot fill: where the load stops growing
+    else:
+        assert load(r) == pytest.approx(mu_c, rel=1e-9)
+        assert load(r * (1 - 1e-6)) < mu_c + 1e-6

@@ -1,0 +1,100 @@
+"""The simulated LRC system reaches the paper's equilibrium (Eq. 7) and
+weighted max-min with guarantees; the simulator's own parts checked on
+their own."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.maxmin import max_min_fair, weighted_max_min
+from experiments.lrcsim import validate
+from experiments.lrcsim.engine import Run, fill
+from experiments.lrcsim.report import summarize
+from experiments.lrcsim.scenario import ScenarioError, load, parse
+
+PAPER = {"alpha": 2.0, "beta": 2.0, "rescale": "none", "anti_windup": False}
+
+
+def test_eq7_on_a_single_bottleneck_within_1pct():
+    out = validate.worst("single", range(20))
+    assert out["flows"] >= 40
+    assert out["worst_relative_error"] <= 0.01, out
+
+
+def test_weighted_max_min_with_guarantees_within_2pct_on_100_fabrics():
+    out = validate.worst("multi", range(100))
+    assert out["flows_held_at_their_guarantee"] >= 30       # the guarantees do bind in these instances
+    assert out["worst_relative_error"] <= 0.02, out
+
+
+def test_the_papers_own_system_has_the_same_equilibrium():
+    """α = β = 2, no re-seeding, no anti-windup: slower and overshooting,
+    but the same fixed point."""
+    out = validate.worst("multi", range(10), PAPER)
+    assert out["worst_relative_error"] <= 0.02, out
+
+
+def test_fig8_equilibrium_by_eq28():
+    sc = parse({"duration_s": 30, "delay_s": 0.2, "links": [{"id": "L", "capacity_mbps": 1000}],
+                "flows": [{"id": "X", "guarantee_mbps": 600, "links": ["L"]},
+                          {"id": "Y", "links": ["L"], "start_s": 15}]})
+    run = Run(sc)
+    s = summarize(run, run.run())
+    assert s["flows"]["X"]["steady_rate_mbps"] == pytest.approx(600, rel=0.01)
+    assert s["flows"]["Y"]["steady_rate_mbps"] == pytest.approx(300, rel=0.01)
+    assert s["epochs"][0]["time_to_95pct_utilisation_s"] is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**6))
+def test_fill_is_max_min_fair_with_caps(seed):
+    """The simulator's numpy water-filling against controller.maxmin's."""
+    rng = np.random.default_rng(seed)
+    nl, nf = int(rng.integers(1, 6)), int(rng.integers(1, 9))
+    A = np.zeros((nl, nf))
+    for j in range(nf):
+        A[rng.choice(nl, int(rng.integers(1, nl + 1)), replace=False), j] = 1
+    C = rng.uniform(10, 1000, nl)
+    caps = np.where(rng.random(nf) < 0.3, np.inf, rng.uniform(1, 800, nf))
+    got = fill(caps, A, C)
+    paths = [[i for i in range(nl) if A[i, j]] for j in range(nf)]
+    want = max_min_fair(paths, dict(enumerate(C)), list(caps))
+    assert got == pytest.approx(want, rel=1e-6, abs=1e-6)
+
+
+def test_weighted_max_min_by_hand():
+    assert weighted_max_min([["L"], ["L"]], {"L": 900}, [2, 2], [600, 0]) == pytest.approx([600, 300])
+    assert weighted_max_min([["L"], ["L"]], {"L": 900}, [1, 2]) == pytest.approx([300, 600])
+    # L (900) shared by a and b, M (300) by a and c: a is held at 150 by M, b takes the rest of L
+    assert weighted_max_min([["L", "M"], ["L"], ["M"]], {"L": 900, "M": 300}, [1, 1, 1]) == \
+        pytest.approx([150, 750, 150])
+    assert weighted_max_min([["L"], ["L"]], {"L": 900}, [1, 1], None, [100, math.inf]) == pytest.approx([100, 800])
+
+
+def test_scenario_refuses_bad_input_by_name(tmp_path):
+    base = {"duration_s": 10, "links": [{"id": "L", "capacity_mbps": 100}], "flows": [{"id": "X", "links": ["L"]}]}
+    with pytest.raises(ScenarioError, match=r"flows\.0\.links|not among the links"):
+        parse({**base, "flows": [{"id": "X", "links": ["Q"]}]})
+    with pytest.raises(ScenarioError, match="delay_s"):
+        parse({**base, "delay_s": 0.0123})
+    with pytest.raises(ScenarioError, match=r"params\.alpha"):
+        parse({**base, "params": {"alpha": float("nan")}})
+    with pytest.raises(ScenarioError, match="unknown key"):
+        parse({**base, "flowz": []})
+    p = tmp_path / "s.yaml"
+    p.write_text("duration_s: 10\nduration_s: 11\n")
+    with pytest.raises(ScenarioError, match="duplicate key"):
+        load(p)
+    p.write_text("duration_s: 10\nlinks: [{id: L, capacity_mbps: 100}]\nflows: [{id: X, links: [L]}]\n")
+    assert load(p).duration_s == 10
+
+
+@given(st.sampled_from(["duration_s", "dt_s", "delay_s", "record_every_s"]),
+       st.one_of(st.just(float("nan")), st.just(float("inf")), st.floats(max_value=-1e-9), st.text(max_size=2)))
+def test_scenario_numbers_refused_by_name(key, value):
+    base = {"duration_s": 10, "links": [{"id": "L", "capacity_mbps": 100}], "flows": [{"id": "X", "links": ["L"]}]}
+    with pytest.raises(ScenarioError, match=key):
+        parse({**base, key: value})
