@@ -213,6 +213,16 @@ def cmd_experiment(args) -> int:
     return registry.run(args.name, args.option + args.options, Path(args.out))
 
 
+def cmd_simulate(args) -> int:
+    from experiments.lrcsim import command
+    if args.name == "lrc":
+        if not args.scenario:
+            print("bwfabric simulate lrc: give a scenario file (YAML or JSON; see docs/lrc.md)", file=sys.stderr)
+            return 2
+        return command.scenario(args.scenario, args.json)
+    return command.figure(args.name, Path(args.out), args.delay, args.tau_ms, args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bwfabric", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -267,6 +277,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="experiment option (same as a positional KEY=VALUE)")
     e.add_argument("--out", default="results", help="directory for JSON and PNG results")
     e.set_defaults(func=cmd_experiment)
+
+    m = sub.add_parser("simulate", help="simulate LRC: a scenario file (lrc SCENARIO) or a paper figure "
+                       "(lrc-fig8, lrc-fig9, lrc-fig10, lrc-fig11, lrc-delay-table, lrc-validate)")
+    m.add_argument("name")
+    m.add_argument("scenario", nargs="?", help="lrc: the scenario (YAML or JSON)")
+    m.add_argument("--json", action="store_true", help="print the summary as JSON")
+    m.add_argument("--out", default="results/simulate", help="figures: directory for JSON and PNG results")
+    m.add_argument("--delay", type=float, default=None, help="figures: stats-to-host delay (s)")
+    m.add_argument("--tau-ms", type=float, default=None, help="figures: τ_v = τ_r = this (the paper's '15 ms')")
+    m.set_defaults(func=cmd_simulate)
 
     a = sub.add_parser("agent", help="run the host agent (in the host's network namespace)")
     a.add_argument("--host", required=True, help="this host's name in the topology")

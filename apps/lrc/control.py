@@ -39,6 +39,7 @@ class LinkFactors:
     pairs: dict = field(default_factory=dict)        # pair -> PairPath
     members: dict = field(default_factory=dict)      # link -> set of pairs
     v_hat: dict = field(default_factory=dict)        # pair -> the hosts' v as the controller models it
+    sent: list = field(default_factory=list)         # the last rounds' factors, newest last (the model's delay line)
     refused_loads: int = 0
     rescales: int = 0
 
@@ -152,13 +153,19 @@ class LinkFactors:
         return out
 
     def _advance_model(self) -> None:
-        """The hosts' Eq. 27 over one τ_r, as they will run it."""
+        """The hosts' Eq. 27 over one τ_r, as they run it: with the factors
+        of ``feedback_delay_s`` ago (a pair the hosts have no factor for yet
+        stays where it started)."""
         p = self.params
         steps = max(1, round(p.tau_r_s / p.tau_v_s))
+        lag_rounds = round(p.feedback_delay_s / p.tau_r_s)
+        self.sent.append(self.factors())
+        del self.sent[:-(lag_rounds + 1)]
+        at_hosts = self.sent[0] if len(self.sent) > lag_rounds else {}
         for pair, pp in self.pairs.items():
-            if not pp.links:
+            if not pp.links or pair not in at_hosts:
                 continue
-            target_r = self.pair_factor(pair)
+            target_r = at_hosts[pair]
             v = self.v_hat[pair]
             for _ in range(steps):
                 v = M.next_pair_rate(v, pp.weight, target_r, p.alpha, p.tau_v_s, p.v_floor_mbps, math.inf)

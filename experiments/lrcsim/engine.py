@@ -74,6 +74,7 @@ class ShortFlows:
     rng: np.random.Generator
     next_at: float = 0.0
     pending: list = field(default_factory=list)     # [arrival time, bits left]
+    last_busy: float | None = None
     fct_s: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -126,6 +127,7 @@ class Run:
         self.mu = np.array([link.mu if link.mu is not None else sc.params.mu for link in sc.links])
         self.muC = self.mu * self.C
         rng = np.random.default_rng(sc.seed)
+        self.noise_rng = np.random.default_rng(sc.seed + 1)
         self.short = {j: ShortFlows(f.arrivals.rate_per_s, f.arrivals.size_bytes * 8 / 1e6,
                                     f.arrivals.start_s, f.arrivals.stop_s or sc.duration_s, rng)
                       for j, f in enumerate(sc.flows) if f.arrivals is not None}
@@ -134,12 +136,17 @@ class Run:
                                           | {f.stop_s for f in sc.flows if f.stop_s is not None})
 
     def active(self, now: float) -> np.ndarray:
+        """The open VM-pairs: a pair of short flows stays open ``pair_idle_s``
+        after its last one finished (the agent's linger)."""
         sc = self.sc
         out = np.zeros(len(sc.flows), dtype=bool)
         for j, f in enumerate(sc.flows):
             on = f.start_s <= now and (f.stop_s is None or now < f.stop_s)
             if j in self.short:
-                on = on and self.short[j].backlogged
+                sf = self.short[j]
+                if sf.backlogged:
+                    sf.last_busy = now
+                on = on and sf.last_busy is not None and now - sf.last_busy <= sc.params.pair_idle_s
             out[j] = on
         return out
 
@@ -148,6 +155,8 @@ class Run:
         for j, f in enumerate(self.sc.flows):
             if active[j] and f.demand_mbps is not None:
                 d[j] = f.demand_mbps
+            elif active[j] and j in self.short and not self.short[j].backlogged:
+                d[j] = 0.0
         return d
 
     def run(self) -> Trace:
@@ -175,7 +184,11 @@ class Run:
             bits += load * dt
             allocator.after_step(k, now, act, rates, load)
             if (k + 1) % n_r == 0:
-                allocator.round(k, now + dt, act, bits / (n_r * dt), n_d)
+                measured = bits / (n_r * dt)
+                if sc.load_noise:
+                    measured = measured * np.maximum(0.0, 1 + sc.load_noise * self.noise_rng.standard_normal(
+                        measured.size))
+                allocator.round(k, now + dt, act, measured, n_d)
                 bits[:] = 0.0
             if k % n_rec == 0:
                 tr = self.trace

@@ -79,6 +79,8 @@ class Scenario(StrictModel):
     params: LrcParams = Field(default_factory=LrcParams)
     links: list[LinkSpec] = Field(min_length=1, max_length=10_000)
     flows: list[FlowSpec] = Field(min_length=1, max_length=10_000)
+    load_noise: float = Field(0.0, ge=0, le=0.5, description="relative standard deviation of the controller's "
+                              "load samples (port statistics of bursty TCP are not exact)")
     seed: int = Field(1, ge=0, le=2**32 - 1)
     record_every_s: float = Field(0.05, gt=0, le=60)
     steady_window_s: float = Field(5.0, gt=0, le=3600, description="steady state: the mean over this long before "
