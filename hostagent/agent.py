@@ -19,8 +19,11 @@ Message types (controller -> agent):
   so across restarts too) is refused, and so is a lower V within one
   generation -- a stale controller cannot overwrite a newer one's. A bare
   HostConfig object (manual use) counts as generation 0, version 0;
-- ``rates``: ``{"generation": G, "factors": {...}}``, the latest rate
-  factors (LRC); kept, the newest wins;
+- ``rates``: ``{"generation": G, "factors": {peer: [r̃_i, w_i, B_i]}}``,
+  LRC's latest terms for this VM's pairs (the newest wins; a bad one is
+  refused whole); the reply carries the pairs open here with their v and
+  limits (:mod:`hostagent.lrc`). Every τ_v the agent observes its open
+  pairs (conntrack), steps v and puts the limits in force;
 - ``status``: what is in force, counters, the live Eq. 1 buffer.
 
 Every 2 s the agent recomputes Eq. 1's buffer, B = beta * maxRTT * sum(BW),
@@ -73,6 +76,8 @@ class Agent:
         self.version: int | None = None
         self.rates: dict | None = None
         self.rates_received = 0
+        self.lrc = None                      # hostagent.lrc.LrcHost while the config has vm.lrc
+        self.lrc_in_force: dict = {}         # the pair limits the kernel has (peer -> PairLimit)
         self.lock = threading.Lock()
 
     def handle(self, raw: bytes) -> bytes:
@@ -95,9 +100,82 @@ class Agent:
                 reply = {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
             return self.tx.seal("reply", reply)
 
-    def plan_for(self, cfg: HostConfig, rcvbuf: int | None):
-        """The plan of ``cfg`` with the pair slots the kernel has now."""
-        return host_plan(cfg, rcvbuf, self.executor.pair_slots(cfg.interface))
+    def plan_for(self, cfg: HostConfig, rcvbuf: int | None, lrc_limits: dict | None = None):
+        """The plan of ``cfg`` with the pair slots the kernel has now (and,
+        with LRC, the pair limits in force unless others are given)."""
+        if cfg.vm.lrc is not None and lrc_limits is None:
+            lrc_limits = self.lrc_in_force
+        return host_plan(cfg, rcvbuf, self.executor.pair_slots(cfg.interface),
+                         lrc_limits if cfg.vm.lrc is not None else None)
+
+    def _lrc_for(self, cfg: HostConfig):
+        """The LRC state ``cfg`` runs with: the current one carried on (v
+        kept) when compatible, a new one otherwise, None without LRC."""
+        from hostagent.lrc import LrcHost
+        pol = cfg.vm.lrc
+        if pol is None:
+            return None
+        cur = self.lrc
+        if cur is not None and cur.compatible(cfg.address, cfg.nic_mbps, cfg.guarantee_mbps, pol):
+            cur.reconfigure(cfg.guarantee_mbps, pol)
+            return cur
+        return LrcHost(cfg.address, cfg.nic_mbps, cfg.guarantee_mbps, pol)
+
+    def _put_with_lrc(self, cfg: HostConfig) -> int:
+        """put_in_force with the LRC state ``cfg`` asks for; on failure the
+        previous LRC state stays."""
+        before, before_limits = self.lrc, self.lrc_in_force
+        self.lrc = self._lrc_for(cfg)
+        self.lrc_in_force = self.lrc.limits(time.monotonic()) if self.lrc is not None else {}
+        try:
+            return self.put_in_force(cfg, self.rcvbuf)
+        except Exception:
+            self.lrc, self.lrc_in_force = before, before_limits
+            raise
+
+    def lrc_round(self, entries=None, now: float | None = None) -> str:
+        """One τ_v round: observe the open pairs (conntrack), step v, put the
+        limits in force -- the rates only (fast path) when the pairs are the
+        same, the whole plan when a pair opened or closed. Returns what it
+        did ("idle", "rates", "pairs")."""
+        from hostagent.lrc import Timeouts, active_peers, read_conntrack
+        with self.lock:
+            if self.lrc is None or self.config is None or self.degraded is not None:
+                return "idle"
+            now = time.monotonic() if now is None else now
+            lrc = self.lrc
+            entries = read_conntrack() if entries is None else entries
+            active = active_peers(entries, self.config.address, lrc.policy.peers, lrc.policy.params.pair_idle_s,
+                                  Timeouts.read())
+            lrc.observe(active, now)
+            lrc.step(now)
+            want = lrc.limits(now)
+            if set(want) != set(self.lrc_in_force):
+                before = self.lrc_in_force
+                self.lrc_in_force = want
+                try:
+                    self.put_in_force(self.config, self.rcvbuf)
+                except Exception:
+                    self.lrc_in_force = before
+                    raise
+                return "pairs"
+            if all(_close(want[p], self.lrc_in_force[p]) for p in want):
+                return "idle"
+            from hostagent.plan import TcClass, tc_plan
+            steps = [s for s in tc_plan(self.config, self.executor.pair_slots(self.config.interface), want)
+                     if isinstance(s, TcClass) and _pair_class(s.classid)]
+            self.executor.change_rates(steps)
+            self.lrc_in_force = want
+            return "rates"
+
+    def lrc_loop(self) -> None:
+        from controller.loops import LoopGuard
+
+        guard = self.lrc_loops = LoopGuard(log)
+        while True:
+            period = self.lrc.policy.params.tau_v_s if self.lrc is not None else 0.5
+            time.sleep(guard.backoff("lrc", period, max_s=5.0))
+            guard.run("lrc", self.lrc_round)
 
     def put_in_force(self, cfg: HostConfig, rcvbuf: int | None) -> int:
         """Apply ``cfg``; on failure put the previous configuration back (or,
@@ -141,13 +219,14 @@ class Agent:
                 if left:
                     raise ExecError("removing everything left: " + "; ".join(left[:5]))
                 self.config, self.rcvbuf = None, None
+                self.lrc, self.lrc_in_force = None, {}
                 changes = 0
                 log.info("configuration removed (generation %d, version %d)", generation, version)
             else:
                 cfg = HostConfig.from_dict(raw)
                 if cfg.host != self.host:
                     raise PlanError(f"configuration for host {cfg.host!r} sent to agent {self.host!r}")
-                changes = self.put_in_force(cfg, self.rcvbuf)
+                changes = self._put_with_lrc(cfg)
                 log.info("configuration in force (generation %d, version %d, %d changes): guarantee %.3g Mb/s, "
                          "%d WC subflows, A_l %.3g", generation, version, changes, cfg.guarantee_mbps,
                          cfg.wc_subflows, cfg.a_l)
@@ -163,8 +242,12 @@ class Agent:
             if generation < self.max_generation:
                 raise PlanError(f"rates of generation {generation}: this agent follows generation "
                                 f"{self.max_generation}")
+            now = time.monotonic()
+            if self.lrc is not None:
+                self.lrc.set_terms(body["factors"], now)       # refused whole (LrcError) if any is bad
             self.rates, self.rates_received = dict(body["factors"]), self.rates_received + 1
-            return {"ok": True}
+            # the pairs open here ride back on the reply: the controller's next round sees them
+            return {"ok": True, "pairs": {} if self.lrc is None else self.lrc.report(now)}
         if msg_type == "status":
             return {"ok": True, **self.status()}
         raise PlanError(f"unknown message type {msg_type!r} (config, rates, status)")
@@ -190,6 +273,11 @@ class Agent:
                 "connections": None if server is None else asdict(server.stats),
                 "config": None if self.config is None else self.config.model_dump(mode="json"),
                 "class_bytes": {} if self.config is None else self.executor.class_bytes(self.config.interface),
+                "lrc": None if self.lrc is None else {"pairs": self.lrc.report(time.monotonic()),
+                                                      "terms_received": self.lrc.terms_received,
+                                                      "terms_refused": self.lrc.terms_refused,
+                                                      "loop": getattr(self, "lrc_loops", None) and
+                                                      self.lrc_loops.as_dict().get("lrc")},
                 "in_force": not differences and self.degraded is None, "differences": differences,
                 "degraded": self.degraded}
 
@@ -255,6 +343,23 @@ def config_envelope(body: dict) -> tuple[int, int, dict | None]:
     return generation, version, raw
 
 
+def _close(a, b, rel: float = 0.005) -> bool:
+    """Two PairLimits within 0.5 % (LRC's limits move a little every τ_v:
+    smaller moves are not worth a netlink round trip)."""
+    def near(x, y):
+        if x is None or y is None:
+            return x is y
+        return abs(x - y) <= rel * max(abs(x), abs(y), 1e-3)
+    return near(a.bg_mbps, b.bg_mbps) and near(a.wc_mbps, b.wc_mbps)
+
+
+def _pair_class(classid: str) -> bool:
+    from hostagent.plan import MAX_PAIRS, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE
+    minor = int(classid.split(":")[1], 16)
+    return PAIR_CLASS_BASE <= minor < PAIR_CLASS_BASE + MAX_PAIRS or \
+        WC_PAIR_CLASS_BASE <= minor < WC_PAIR_CLASS_BASE + MAX_PAIRS
+
+
 def _count(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
 
@@ -298,6 +403,7 @@ def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc:
     signal.signal(signal.SIGINT, stop)
     threading.Thread(target=agent.serve, args=(server,), daemon=True).start()
     threading.Thread(target=agent.buffer_loop, daemon=True).start()
+    threading.Thread(target=agent.lrc_loop, daemon=True).start()
     log.info("listening on %s", listen_address)
     done.wait()
     log.info("shutting down: removing what this agent put in force")

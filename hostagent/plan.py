@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from apps.lrc.model import LrcParams
 from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG, TOS_MASK, TOS_WC  # noqa: F401 (re-exported)
 from controller.validate import IPv4Address, StrictModel, finite_number
 from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
@@ -43,6 +44,9 @@ PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + slot> per destin
 PAIR_PREF_BASE = 10              # ...and its u32 filter at pref 10 + slot (the hose filter is pref 1000)
 MAX_PAIRS = 512                  # pair slots 0..511: prefs 10..521 stay below the hose filter's 1000
 HOSE_PREF = 1000
+WC_PAIR_CLASS_BASE = 0x300       # LRC, combined mode: a pair's WC ceiling, class 1:<0x300 + slot>...
+WC_PAIR_PREF_BASE = 1100         # ...filter pref 1100 + slot (WC traffic never matches the hose filter)
+MIN_CLASS_BPS = 8000             # HTB needs a positive rate: 8 kb/s stands for "nothing"
 MAX_NIC_MBPS = 400_000           # 400 Gb/s; HTB keeps 64-bit rates, anything above is a typo
 ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
 BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
@@ -102,15 +106,49 @@ class HostSettings(Tuning):
     nic_mbps: float = Field(gt=0, le=MAX_NIC_MBPS)
 
 
+class LrcPeer(_Strict):
+    """Another VM of the tenant, as LRC at this host needs it: Algorithm 1's
+    sender half weighs the receivers."""
+    weight: float = Field(gt=0, le=1e6)
+    guarantee_mbps: float = Field(ge=0, le=MAX_NIC_MBPS)
+
+
+class LrcPolicy(_Strict):
+    """LRC at this host (``vm.lrc``): the VM's weight, its tenant's other VMs
+    by address, the mode and the parameters. ``combined``: per VM-pair, BG
+    limited to B_i and WC to max(B_i, v_i) − B_i; ``paper``: the pair's one
+    subflow limited to max(B_i, v_i)."""
+    mode: Literal["combined", "paper"] = "combined"
+    weight: float = Field(1.0, gt=0, le=1e6)
+    peers: dict[str, LrcPeer] = Field(default_factory=dict, max_length=MAX_PAIRS)
+    params: LrcParams = Field(default_factory=LrcParams)
+
+    @field_validator("peers")
+    @classmethod
+    def _addresses(cls, v: dict) -> dict:
+        bad = []
+        for ip in v:
+            try:
+                if str(ipaddress.IPv4Address(ip)) != ip:
+                    raise ValueError
+            except ValueError:
+                bad.append(f"{ip!r} is not an IPv4 address (dotted quad)")
+        if bad:
+            raise ValueError("; ".join(bad))
+        return v
+
+
 class VmPolicy(_Strict):
     """What the VM's tenant declared (``tenants`` in the controller's
     configuration): its hose guarantee, fairness policy and WC subflows;
-    ``pair_limits_mbps`` is the pipe model's per-destination BG (LRC)."""
+    ``pair_limits_mbps`` is the pipe model's per-destination BG (static);
+    ``lrc`` turns on LRC's per-pair limits, which the agent moves itself."""
     guarantee_mbps: float = Field(ge=0, le=MAX_NIC_MBPS)
     wc_subflows: int = Field(1, ge=0, le=8)
     policy: Literal[POLICIES] = "guarantee"
     competition: float | None = Field(None, ge=0, le=1e6)
     pair_limits_mbps: dict[str, float] = Field(default_factory=dict, max_length=MAX_PAIRS)
+    lrc: LrcPolicy | None = None
 
     @field_validator("pair_limits_mbps")
     @classmethod
@@ -132,6 +170,10 @@ class VmPolicy(_Strict):
     def _explicit(self) -> "VmPolicy":
         if self.policy == "explicit" and self.competition is None:
             raise ValueError("policy 'explicit' needs competition in [0, 1e6]")
+        if self.lrc is not None and self.pair_limits_mbps:
+            raise ValueError("lrc and pair_limits_mbps exclude each other (LRC sets the pairs' limits)")
+        if self.lrc is not None and self.lrc.mode == "paper" and self.wc_subflows:
+            raise ValueError("lrc mode 'paper' has no WC subflows: wc_subflows must be 0")
         return self
 
 
@@ -426,10 +468,22 @@ def pair_slots(destinations, previous: dict[str, int] | None = None) -> dict[str
     return out
 
 
-def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
+@dataclass(frozen=True)
+class PairLimit:
+    """LRC's limits of one VM-pair at this host (Mb/s): BG, and the WC
+    ceiling in combined mode (None in paper mode)."""
+    bg_mbps: float
+    wc_mbps: float | None = None
+
+
+def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None,
+            lrc_limits: dict[str, PairLimit] | None = None) -> list[TcQdisc | TcClass | TcLeaf | TcFilter]:
     """HTB: BG (ToS 0x00) at the guarantee -- or per destination, pipe
     model, in the stable slots of :func:`pair_slots` -- and WC (everything
-    else, non-IP included) up to the NIC rate."""
+    else, non-IP included) up to the NIC rate. With LRC (``lrc_limits``,
+    the pairs open now) each pair has its BG class and, in combined mode,
+    a WC class with the pair's ceiling; their leaf queues are sized by the
+    NIC rate, so the limits LRC moves every τ_v change class rates only."""
     nic = int(cfg.nic_mbps * 1e6)
     bg = int(cfg.guarantee_mbps * 1e6)
     dev = cfg.interface
@@ -441,16 +495,25 @@ def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None) -> list[TcQdis
         _leaf(dev, CLASS_WC, nic),
     ]
     bg_mask = (TOS_BG, TOS_MASK)
-    if cfg.pair_limits_mbps:
-        slot_of = pair_slots(cfg.pair_limits_mbps, slots)
-        for dst, mbps in sorted(cfg.pair_limits_mbps.items(), key=lambda kv: slot_of[kv[0]]):
-            classid = f"1:{PAIR_CLASS_BASE + slot_of[dst]:x}"
-            rate = int(mbps * 1e6)
+    wc_mask = (TOS_WC, TOS_MASK)
+    pairs = {d: PairLimit(m) for d, m in cfg.pair_limits_mbps.items()} if lrc_limits is None else lrc_limits
+    if pairs:
+        slot_of = pair_slots(pairs, slots)
+        for dst, lim in sorted(pairs.items(), key=lambda kv: slot_of[kv[0]]):
+            slot = slot_of[dst]
+            classid = f"1:{PAIR_CLASS_BASE + slot:x}"
+            rate = max(int(lim.bg_mbps * 1e6), MIN_CLASS_BPS)
             steps.append(TcClass(dev, classid, CLASS_ROOT, rate, rate, 0))
-            steps.append(_leaf(dev, classid, rate))
-            steps.append(TcFilter(dev, PAIR_PREF_BASE + slot_of[dst], bg_mask, classid, dst=dst))
+            steps.append(_leaf(dev, classid, nic if lrc_limits is not None else rate))
+            steps.append(TcFilter(dev, PAIR_PREF_BASE + slot, bg_mask, classid, dst=dst))
+            if lim.wc_mbps is not None:
+                wc_id = f"1:{WC_PAIR_CLASS_BASE + slot:x}"
+                wc = max(int(lim.wc_mbps * 1e6), MIN_CLASS_BPS)
+                steps.append(TcClass(dev, wc_id, CLASS_ROOT, wc, wc, 1))
+                steps.append(_leaf(dev, wc_id, nic))
+                steps.append(TcFilter(dev, WC_PAIR_PREF_BASE + slot, wc_mask, wc_id, dst=dst))
     # the hose limit: all BG of this VM (and BG to unlisted destinations in the pipe model)
-    steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, max(bg, 8000), max(bg, 8000), 0))
+    steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, max(bg, MIN_CLASS_BPS), max(bg, MIN_CLASS_BPS), 0))
     steps.append(_leaf(dev, CLASS_BG, bg))
     steps.append(TcFilter(dev, HOSE_PREF, bg_mask, CLASS_BG))
     return steps
@@ -465,8 +528,10 @@ def bpf_plan(cfg: HostConfig) -> list[BpfMapSet]:
     return steps
 
 
-def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str, int] | None = None) -> Plan:
+def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str, int] | None = None,
+              lrc_limits: dict[str, PairLimit] | None = None) -> Plan:
     """``slots``: the pair slots in force (read back from the kernel), so
-    that a new plan keeps every remaining destination's class and filter."""
-    return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg), *tc_plan(cfg, slots),
-                       *bpf_plan(cfg)]))
+    that a new plan keeps every remaining destination's class and filter;
+    ``lrc_limits``: LRC's pairs and their limits now (see :func:`tc_plan`)."""
+    return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg),
+                       *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg)]))

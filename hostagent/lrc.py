@@ -1,0 +1,217 @@
+"""LRC at the host: which VM-pairs are open, their guarantees, v and limits.
+
+- A pair (this VM -> a peer of its tenant) is open while any connection or
+  UDP flow between the two has carried a packet within ``pair_idle_s``.
+  The kernel says so: a conntrack entry's remaining timeout is refreshed on
+  every packet, so "full timeout − remaining" is how long it has been idle
+  (:func:`active_peers`; ESTABLISHED TCP and UDP, either direction).
+- Algorithm 1 (:func:`apps.lrc.model.SenderHalves`' rule): the sender half
+  B_x·w_y/Σ_{X^r} w of every open pair, recomputed whenever the open set
+  changes; until the controller's B_i (both halves of Eq. 2) arrives, and
+  whenever it is older than ``fallback_s``, a pair's guarantee is its
+  sender half; otherwise min(sender half, controller's B_i).
+- v by Eq. 27 from the controller's latest (r̃_i, w_i) every τ_v
+  (:class:`apps.lrc.control.PairRates`: held when factors stop for
+  ``hold_s``, B_i after ``fallback_s``).
+- Limits: combined mode BG = B_i, WC = max(B_i, v_i) − B_i; paper mode one
+  limit max(B_i, v_i) (:class:`hostagent.plan.PairLimit`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from apps.lrc import model as M
+from apps.lrc.control import PairRates
+from hostagent.plan import LrcPolicy, PairLimit
+
+TCP, UDP = 6, 17
+IPS_ASSURED = 1 << 2
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One conntrack entry, as much of it as LRC reads."""
+    saddr: str
+    daddr: str
+    proto: int
+    tcp_established: bool
+    assured: bool
+    timeout_s: int
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    tcp_established: int = 432000
+    udp: int = 30
+    udp_stream: int = 120
+
+    @classmethod
+    def read(cls, root: Path = Path("/proc/sys/net/netfilter")) -> "Timeouts":
+        def one(name: str, default: int) -> int:
+            try:
+                return int((root / name).read_text())
+            except (OSError, ValueError):
+                return default
+        return cls(one("nf_conntrack_tcp_timeout_established", 432000), one("nf_conntrack_udp_timeout", 30),
+                   one("nf_conntrack_udp_timeout_stream", 120))
+
+
+def active_peers(entries, address: str, peers, idle_s: float, timeouts: Timeouts) -> set[str]:
+    """Peers with an entry to or from ``address`` idle for at most ``idle_s``."""
+    peers = set(peers)
+    out = set()
+    for e in entries:
+        if e.saddr == address:
+            other = e.daddr
+        elif e.daddr == address:
+            other = e.saddr
+        else:
+            continue
+        if other not in peers:
+            continue
+        if e.proto == TCP and e.tcp_established:
+            full = timeouts.tcp_established
+        elif e.proto == UDP:
+            full = timeouts.udp_stream if e.assured else timeouts.udp
+        else:
+            continue
+        if full - e.timeout_s <= idle_s:
+            out.add(other)
+    return out
+
+
+def read_conntrack() -> list[Entry]:
+    """This network namespace's conntrack table (pyroute2)."""
+    from pyroute2 import Conntrack
+
+    out = []
+    with Conntrack() as ct:
+        for e in ct.dump_entries():
+            t = e.tuple_orig
+            if t is None or t.saddr is None:
+                continue
+            state = getattr(getattr(e, "protoinfo", None), "state", None)
+            out.append(Entry(str(t.saddr), str(t.daddr), int(t.proto or 0),
+                             state is not None and getattr(state, "name", str(state)) == "ESTABLISHED",
+                             bool((e.status or 0) & IPS_ASSURED), int(e.timeout or 0)))
+    return out
+
+
+@dataclass
+class LrcHost:
+    address: str
+    nic_mbps: float
+    guarantee_mbps: float
+    policy: LrcPolicy
+    rates: PairRates = field(init=False)
+    last_active: dict = field(default_factory=dict)     # peer -> when last seen active
+    controller_b: dict = field(default_factory=dict)    # peer -> (B_i, received at)
+    terms_received: int = 0
+    terms_refused: int = 0
+
+    def __post_init__(self) -> None:
+        self.rates = PairRates(self.policy.params, self.nic_mbps)
+
+    def compatible(self, address: str, nic_mbps: float, guarantee_mbps: float, policy: LrcPolicy) -> bool:
+        """Can this state carry on under a new configuration (v kept)?"""
+        return (address, nic_mbps, policy.mode, policy.params) == (self.address, self.nic_mbps, self.policy.mode,
+                                                                   self.policy.params)
+
+    def reconfigure(self, guarantee_mbps: float, policy: LrcPolicy) -> None:
+        self.guarantee_mbps, self.policy = guarantee_mbps, policy
+        for peer in [p for p in self.rates.pairs if p not in policy.peers]:
+            self.rates.forget(peer)
+            self.last_active.pop(peer, None)
+
+    @property
+    def open(self) -> list[str]:
+        return sorted(self.rates.pairs, key=ipaddress.IPv4Address)
+
+    def observe(self, active: set[str], now: float) -> bool:
+        """The peers active now; returns whether the open set changed."""
+        for peer in active:
+            if peer in self.policy.peers:
+                self.last_active[peer] = now
+        idle = self.policy.params.pair_idle_s
+        want = {p for p, t in self.last_active.items() if now - t <= idle}
+        for p in [p for p in self.last_active if p not in want]:
+            del self.last_active[p]
+        before = set(self.rates.pairs)
+        if want == before:
+            return False
+        for p in before - want:
+            self.rates.forget(p)
+            self.controller_b.pop(p, None)
+        halves = self.sender_halves(want)
+        n = len(want)
+        for p in sorted(want - before, key=ipaddress.IPv4Address):
+            # w_i until the controller's: Eq. 1 with this side's |X^r| and the receiver's |Y^s| taken as 1
+            self.rates.open(p, halves[p], self.policy.weight / n + self.policy.peers[p].weight)
+        return True
+
+    def sender_halves(self, open_peers=None) -> dict[str, float]:
+        """Algorithm 1: B_x·w_y/Σ_{X^r} w over the open pairs."""
+        peers = set(self.rates.pairs) if open_peers is None else set(open_peers)
+        total = sum(self.policy.peers[p].weight for p in peers)
+        return {p: self.guarantee_mbps * self.policy.peers[p].weight / total for p in peers} if total else {}
+
+    def set_terms(self, factors, now: float) -> None:
+        """The controller's latest {peer: [r̃_i, w_i, B_i]}: checked whole
+        (a bad one changes nothing), taken for the open pairs."""
+        if not isinstance(factors, dict):
+            self.terms_refused += 1
+            raise M.LrcError("factors must be an object {peer address: [r_tilde, weight, guarantee]}")
+        checked = {}
+        for peer, t in factors.items():
+            if peer not in self.policy.peers:
+                self.terms_refused += 1
+                raise M.LrcError(f"factors for {peer!r}, not a peer of this VM")
+            if not (isinstance(t, list) and len(t) == 3):
+                self.terms_refused += 1
+                raise M.LrcError(f"factors[{peer}] must be [r_tilde, weight, guarantee]")
+            checked[peer] = tuple(t)
+        try:
+            self.rates.set_terms({p: t for p, t in checked.items() if p in self.rates.pairs}, now)
+        except M.LrcError:
+            self.terms_refused += 1
+            raise
+        for p, (_, _, b) in checked.items():
+            if p in self.rates.pairs:
+                self.controller_b[p] = (float(b), now)
+        self.terms_received += 1
+
+    def step(self, now: float) -> None:
+        self.rates.step(now)
+
+    def guarantees(self, now: float) -> dict[str, float]:
+        halves = self.sender_halves()
+        out = {}
+        for p, half in halves.items():
+            b, at = self.controller_b.get(p, (None, None))
+            fresh = b is not None and now - at <= self.policy.params.fallback_s
+            out[p] = min(half, b) if fresh else half
+        return out
+
+    def limits(self, now: float) -> dict[str, PairLimit]:
+        out = {}
+        for p, b in self.guarantees(now).items():
+            pr = self.rates.pairs[p]
+            pr.guarantee_mbps = b
+            total = min(self.rates.limit(p, now), self.nic_mbps)
+            out[p] = PairLimit(b, max(0.0, total - b)) if self.policy.mode == "combined" else PairLimit(total)
+        return out
+
+    def report(self, now: float) -> dict[str, dict]:
+        """Per open pair: v, the limit in force, B_i, the factor's age."""
+        lim = self.limits(now)
+        out = {}
+        for p in self.open:
+            pr = self.rates.pairs[p]
+            total = lim[p].bg_mbps + (lim[p].wc_mbps or 0.0)
+            out[p] = {"v_mbps": round(pr.v, 4), "limit_mbps": round(total, 4), "guarantee_mbps": round(lim[p].bg_mbps, 4),
+                      "weight": pr.weight, "factor_age_s": None if pr.received_at is None
+                      else round(now - pr.received_at, 3)}
+        return out
