@@ -78,6 +78,8 @@ class Agent:
         self.rates_received = 0
         self.lrc = None                      # hostagent.lrc.LrcHost while the config has vm.lrc
         self.lrc_in_force: dict = {}         # the pair limits the kernel has (peer -> PairLimit)
+        self.lrc_slots: dict = {}            # their slots, read back after the last full apply
+        self.lrc_repairs = 0
         self.lock = threading.Lock()
 
     def handle(self, raw: bytes) -> bytes:
@@ -159,12 +161,20 @@ class Agent:
                     self.lrc_in_force = before
                     raise
                 return "pairs"
-            if all(_close(want[p], self.lrc_in_force[p]) for p in want):
+            moved = [p for p in want if not _close(want[p], self.lrc_in_force[p])]
+            if not moved:
                 return "idle"
             from hostagent.plan import TcClass, tc_plan
-            steps = [s for s in tc_plan(self.config, self.executor.pair_slots(self.config.interface), want)
-                     if isinstance(s, TcClass) and _pair_class(s.classid)]
-            self.executor.change_rates(steps)
+            slots = self.lrc_slots or self.executor.pair_slots(self.config.interface)
+            steps = [s for s in tc_plan(self.config, slots, want) if isinstance(s, TcClass) and _pair_class(s.classid)]
+            try:
+                self.executor.change_rates(steps)
+            except ExecError as exc:          # a class is not where it was: the whole plan, read back
+                log.warning("LRC rates: %s; re-applying the configuration", exc)
+                self.lrc_repairs += 1
+                self.lrc_in_force = want
+                self.put_in_force(self.config, self.rcvbuf)
+                return "pairs"
             self.lrc_in_force = want
             return "rates"
 
@@ -184,6 +194,7 @@ class Agent:
         force (ExecError says so); degraded (ExecError says so, status shows
         it, ``config`` is None) -- never a silent mix."""
         previous, previous_buf = self.config, self.rcvbuf
+        self.lrc_slots = {}
         try:
             changes = self.executor.apply(self.plan_for(cfg, rcvbuf))
         except Exception as exc:  # noqa: BLE001 - whatever failed, undo it
@@ -207,6 +218,8 @@ class Agent:
                             + ("the previous one is in force (verified)" if previous is not None
                                else "nothing is in force (verified)")) from None
         self.config, self.rcvbuf, self.degraded = cfg, rcvbuf, None
+        if cfg.vm.lrc is not None:
+            self.lrc_slots = self.executor.pair_slots(cfg.interface)
         return changes
 
     def _dispatch(self, msg_type: str, body: dict) -> dict:

@@ -304,33 +304,27 @@ class Executor:
         return out
 
     def change_rates(self, classes: list[P.TcClass]) -> int:
-        """LRC's fast path: only the rates of classes that exist already
-        (same parent and priority as planned), no read-back of the rest of
-        the plan. Returns how many were changed. A class missing from the
-        kernel is an ExecError: the caller re-applies its whole plan."""
+        """LRC's fast path: change the rates of classes that exist already,
+        nothing else read or written. Each change is acknowledged by the
+        kernel (netlink); a class that is not there is an ExecError, and the
+        caller re-applies its whole plan (which reads everything back)."""
         from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
 
-        changed = 0
-        by_dev: dict[str, list[P.TcClass]] = {}
-        for c in classes:
-            by_dev.setdefault(c.dev, []).append(c)
         with IPRoute() as ipr:
-            for dev, cs in by_dev.items():
-                st = read_tc(dev)
-                if st is None:
-                    raise ExecError(f"tc: no interface {dev!r} in this namespace")
-                idx = ipr.link_lookup(ifname=dev)[0]
-                for c in cs:
-                    cid = _classid(c.classid)
-                    have = st.classes.get(cid)
-                    if have is None or have.parent != _class_parent(c.parent):
-                        raise ExecError(f"tc {dev} class {c.classid} is not in place")
-                    if _rate_close(have.rate_Bps, c.rate_bps) and _rate_close(have.ceil_Bps, c.ceil_bps):
-                        continue
-                    ipr.tc("change-class", "htb", idx, cid, parent=_classid(c.parent), rate=f"{c.rate_bps}bit",
-                           ceil=f"{c.ceil_bps}bit", prio=c.prio)
-                    changed += 1
-        return changed
+            idx: dict[str, int] = {}
+            for c in classes:
+                if c.dev not in idx:
+                    found = ipr.link_lookup(ifname=c.dev)
+                    if not found:
+                        raise ExecError(f"tc: no interface {c.dev!r} in this namespace")
+                    idx[c.dev] = found[0]
+                try:
+                    ipr.tc("change-class", "htb", idx[c.dev], _classid(c.classid), parent=_classid(c.parent),
+                           rate=f"{c.rate_bps}bit", ceil=f"{c.ceil_bps}bit", prio=c.prio)
+                except NetlinkError as exc:
+                    raise ExecError(f"tc {c.dev} class {c.classid}: {exc}") from None
+        return len(classes)
 
     def class_bytes(self, dev: str) -> dict[str, int]:
         """Bytes through each HTB class on ``dev`` (read from the kernel)."""

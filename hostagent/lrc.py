@@ -83,8 +83,41 @@ def active_peers(entries, address: str, peers, idle_s: float, timeouts: Timeouts
     return out
 
 
+PROC_CONNTRACK = Path("/proc/net/nf_conntrack")
+
+
+def parse_proc_conntrack(text: str) -> list[Entry]:
+    """The kernel's own text of the table (``/proc/net/nf_conntrack``,
+    CONFIG_NF_CONNTRACK_PROCFS): per line the family, the protocol name and
+    number, the remaining timeout (s), for TCP the state, then the original
+    tuple (``src=`` ``dst=`` ...), flags such as ``[ASSURED]``. Lines that
+    do not parse are skipped."""
+    out = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 6 or f[0] != "ipv4":
+            continue
+        try:
+            proto, timeout = int(f[3]), int(f[4])
+        except ValueError:
+            continue
+        src = next((x[4:] for x in f if x.startswith("src=")), None)
+        dst = next((x[4:] for x in f if x.startswith("dst=")), None)
+        if src is None or dst is None:
+            continue
+        out.append(Entry(src, dst, proto, proto == TCP and f[5] == "ESTABLISHED", "[ASSURED]" in f, timeout))
+    return out
+
+
 def read_conntrack() -> list[Entry]:
-    """This network namespace's conntrack table (pyroute2)."""
+    """This network namespace's conntrack table: the kernel's text when it
+    offers one (0.15 ms), else pyroute2's netlink dump (about 10 ms of CPU
+    per dump in pyroute2 0.9.7, even of an empty table -- 20 % of a core
+    at τ_v = 50 ms, which is why the text comes first)."""
+    try:
+        return parse_proc_conntrack(PROC_CONNTRACK.read_text())
+    except OSError:
+        pass
     from pyroute2 import Conntrack
 
     out = []

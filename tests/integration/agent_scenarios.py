@@ -225,8 +225,77 @@ def under_traffic(tmp: Path, phase_s: float = 2.0, offered_mbps: float = 60.0) -
     return {"phases": phases, "end": time.time()}
 
 
+def lrc_pairs(tmp: Path) -> dict:
+    """LRC on a live agent: pairs open from real conntrack entries (UDP to
+    two peers), the controller's terms raise v, the WC ceilings follow by
+    the rates-only path, pairs close when idle; the kernel read back at
+    every step."""
+    import socket
+
+    from hostagent.executor import read_tc
+
+    bpf = tmp / "bpffs"
+    make_bpf_maps(bpf)
+    a = agent(tmp, bpf)
+    lrc = {"mode": "combined", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
+           "peers": {"10.9.0.2": {"weight": 1.0, "guarantee_mbps": 40}, "10.9.0.3": {"weight": 3.0,
+                                                                                   "guarantee_mbps": 40}}}
+    cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc})
+    out: dict = {"apply": a._put_with_lrc(cfg)}
+    a.config = cfg
+
+    def classes():
+        st = read_tc("ag0")
+        return {f"{c >> 16:x}:{c & 0xFFFF:x}": round(k.rate_Bps * 8 / 1e6, 3) for c, k in st.classes.items()}
+
+    def snap(tag, did):
+        st = a.status()
+        out[tag] = {"did": did, "classes": classes(), "in_force": st["in_force"], "differences": st["differences"],
+                    "pairs": st["lrc"]["pairs"]}
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def poke(*dsts):
+        for d in dsts:
+            try:
+                sock.sendto(b"x" * 100, (d, 9))
+            except OSError:
+                pass
+
+    snap("quiet", a.lrc_round())
+    poke("10.9.0.2")
+    snap("one_pair", a.lrc_round())
+    with a.lock:
+        reply = a._dispatch("rates", {"generation": 0, "factors": {"10.9.0.2": [30.0, 2.0, 40.0]}})
+    out["rates_reply"] = reply
+    poke("10.9.0.2")
+    snap("factor", a.lrc_round())
+    poke("10.9.0.2", "10.9.0.3")
+    snap("two_pairs", a.lrc_round())
+    # the rates-only path, timed: the factor moves every round
+    times, dids = [], []
+    for k in range(100):
+        with a.lock:
+            a._dispatch("rates", {"generation": 0, "factors": {"10.9.0.2": [20.0 + k % 2 * 10, 2.0, 40.0],
+                                                               "10.9.0.3": [20.0, 2.0, 40.0]}})
+        poke("10.9.0.2", "10.9.0.3")
+        t0 = time.perf_counter()
+        dids.append(a.lrc_round())
+        times.append(time.perf_counter() - t0)
+    snap("after_updates", dids[-1])
+    out["update_ms"] = sorted(x * 1e3 for x in times)
+    out["repairs"] = a.lrc_repairs
+    out["update_did"] = dids
+    time.sleep(1.6)                       # no packets for longer than pair_idle_s
+    snap("idle", a.lrc_round())
+    a.executor.teardown()
+    out["clean"] = a.executor.clean_differences()
+    drop_bpf_maps(bpf)
+    return out
+
+
 SCENARIOS = {f.__name__: f for f in (first_config_fails, failed_apply_then_repair, structural_changes,
-                                     pair_updates, under_traffic, refused_configs_change_nothing)}
+                                     pair_updates, under_traffic, refused_configs_change_nothing, lrc_pairs)}
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:
