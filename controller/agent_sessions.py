@@ -39,7 +39,7 @@ from controller.config import Loaded
 from controller.loops import LoopGuard
 from hostagent.channel import ChannelError, host_key, load_secret
 from hostagent.client import AgentClient
-from hostagent.plan import CLASS_BG, CLASS_WC, MAX_PAIRS, PAIR_CLASS_BASE
+from hostagent.plan import CLASS_BG, CLASS_WC, MAX_PAIRS, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE
 from hostagent.transport import FrameError
 
 log = logging.getLogger("bwfabric.agents")
@@ -84,6 +84,8 @@ class Session:
         self.desired: dict | None = None
         self.need_push = False
         self.rates: dict | None = None
+        self.rates_token: float | None = None
+        self.lrc_reply: tuple[float | None, float, dict] | None = None
         self.stopping = False
         self.st = AgentState(endpoint.host, endpoint.address, last_error=key_error)
         self.guard = LoopGuard(log)
@@ -95,10 +97,19 @@ class Session:
             self.desired, self.st.desired_version, self.need_push = cfg, version, True
             self.cond.notify()
 
-    def push_rates(self, body: dict) -> None:
+    def push_rates(self, body: dict, token: float | None = None) -> None:
+        """The latest rate factors (latest value wins). ``token`` (the LRC
+        round's start, monotonic) comes back with the agent's reply in
+        :attr:`lrc_reply`, so the round trip can be measured."""
         with self.cond:
-            self.rates = body
+            self.rates, self.rates_token = body, token
             self.cond.notify()
+
+    def lrc_report(self) -> tuple[float | None, float, dict] | None:
+        """(token, monotonic time of the reply, the pairs open at the agent)
+        of the last rates reply, or None."""
+        with self.cond:
+            return self.lrc_reply
 
     def start(self) -> "Session":
         self.thread.start()
@@ -206,19 +217,22 @@ class Session:
                     if isinstance(newer, int) and newer > self.generation:
                         self.st.superseded_by = newer     # never push again: that controller owns the agent
         with self.cond:
-            rates, self.rates = self.rates, None
+            rates, self.rates, token = self.rates, None, self.rates_token
         if rates is not None:
             try:
                 reply = self.client.request("rates", {"generation": self.generation, **rates})
             except BaseException:
                 with self.cond:
                     if self.rates is None:      # keep the newest: a newer value may have arrived meanwhile
-                        self.rates = rates
+                        self.rates, self.rates_token = rates, token
                 raise
             with self.cond:
                 self.st.rate_pushes += 1
                 if not reply.get("ok"):
                     self.st.last_error = f"agent refused rates: {reply.get('error')}"
+                else:
+                    pairs = reply.get("pairs")
+                    self.lrc_reply = (token, time.monotonic(), pairs if isinstance(pairs, dict) else {})
 
     def _status(self) -> None:
         reply = self.client.request("status", {})
@@ -228,7 +242,7 @@ class Session:
             if self.st.status_at is not None and counts and self.st.class_bytes:
                 dt = now - self.st.status_at
                 self.st.bg_rate_bps = _rate(self.st.class_bytes, counts, dt, is_bg_class)
-                self.st.wc_rate_bps = _rate(self.st.class_bytes, counts, dt, lambda c: c == CLASS_WC)
+                self.st.wc_rate_bps = _rate(self.st.class_bytes, counts, dt, is_wc_class)
             self.st.class_bytes = counts if isinstance(counts, dict) else {}
             self.st.status_at = now
             self.st.in_force = reply.get("in_force")
@@ -263,6 +277,17 @@ def is_bg_class(classid: str) -> bool:
     major, _, minor = classid.partition(":")
     try:
         return major == "1" and PAIR_CLASS_BASE <= int(minor, 16) < PAIR_CLASS_BASE + MAX_PAIRS
+    except ValueError:
+        return False
+
+
+def is_wc_class(classid: str) -> bool:
+    """The WC class and LRC's per-pair WC ceilings."""
+    if classid == CLASS_WC:
+        return True
+    major, _, minor = classid.partition(":")
+    try:
+        return major == "1" and WC_PAIR_CLASS_BASE <= int(minor, 16) < WC_PAIR_CLASS_BASE + MAX_PAIRS
     except ValueError:
         return False
 

@@ -115,6 +115,8 @@ class ForwardingApp(FabricApp):
         super().__init__(*args, **kwargs)
         self.port_loads = PortLoads(self.view)
         api.PROVIDERS["link_loads"] = self.link_loads
+        api.PROVIDERS["poll_port_stats"] = self._port_stats_round          # LRC polls every τ_r
+        api.PROVIDERS["port_stats_replies"] = lambda: self.port_loads.replies
 
     def start(self):
         thread = super().start()
@@ -144,11 +146,13 @@ class ForwardingApp(FabricApp):
             hub.sleep(self.guard.backoff("port_stats", period))
             self.guard.run("port_stats", self._port_stats_round)
 
-    def _port_stats_round(self):
+    def _port_stats_round(self) -> int:
+        """Ask every connected switch for its port counters; how many were asked."""
         with self.lock:
             switches = sorted(self.datapaths)
         for sw in switches:
             self.send(sw, [ofmsg.PortStatsRequest()])
+        return len(switches)
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def _port_stats(self, ev):

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 # the defaults are the algorithms' own (literals here would drift from them)
 from apps.lessor.pmpt import DEFAULT_EPSILON
+from apps.lrc.model import LrcParams
 from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
 from controller.topology import TopologyDescription, TopologyError
 from controller.validate import IPAddress, StrictModel
@@ -225,6 +226,21 @@ class Api(_Strict):
         return v
 
 
+class Lrc(LrcParams):
+    """LRC (logistic rate control): the controller steps a factor per link
+    from port statistics every tau_r and pushes each VM-pair's terms to the
+    sending host's agent, which steps v every tau_v and sets the pair's
+    limits (docs/lrc.md)."""
+    enabled: bool = Field(False, description="run LRC (needs agents; the port statistics are polled every "
+                          "tau_r_s)")
+    mode: Literal["combined", "paper"] = Field("combined", description="combined: per VM-pair BG limited to "
+                                               "B_i, WC to max(B_i, v_i) - B_i; paper: one subflow limited to "
+                                               "max(B_i, v_i) (tenants' wc_subflows must be 0)")
+
+    def params(self) -> LrcParams:
+        return LrcParams(**self.model_dump(exclude={"enabled", "mode"}))
+
+
 class Fabric(_Strict):
     topology: str | dict[str, Any] = Field(description="the topology description: a JSON file (relative to "
                                            "this file) or inline")
@@ -239,6 +255,7 @@ class Config(_Strict):
     agents: Agents = Field(default_factory=Agents, description="host agents the controller configures")
     tenants: dict[Name, Tenant] = Field(default_factory=dict, description="tenants by name")
     admission: Admission = Field(default_factory=Admission, description="admission control")
+    lrc: Lrc = Field(default_factory=Lrc, description="LRC's per-VM-pair rate control")
     api: Api | None = Field(None, description="REST API and Prometheus /metrics; absent: none")
 
 
@@ -405,6 +422,11 @@ def meaning_problems(cfg: Config, topo: TopologyDescription) -> list[str]:
             if h not in cfg.agents.hosts and h not in cfg.agents.unmanaged:
                 problems.append(f"{where}.host: host {h} has no agent (add agents.hosts.{h} or "
                                 "agents.address_template)")
+    if cfg.lrc.enabled and cfg.lrc.mode == "paper":
+        for t, tenant in cfg.tenants.items():
+            if tenant.wc_subflows:
+                problems.append(f"tenants.{t}.wc_subflows: must be 0 with lrc.mode 'paper' (one subflow per "
+                                "connection, limited to max(B_i, v_i))")
     if cfg.controller.state_file is not None and cfg.controller.routing not in ("lessor", "hedera"):
         problems.append("controller.state_file: only LESSOR (and Hedera on its machinery) writes a state file")
     return problems

@@ -133,10 +133,12 @@ def run(loaded: config.Loaded) -> None:
 class Services:
     """The controller's own threads beside the apps: agent sessions, the API."""
 
-    def __init__(self, sessions, api):
-        self.sessions, self.api = sessions, api
+    def __init__(self, sessions, api, lrc=None):
+        self.sessions, self.api, self.lrc = sessions, api, lrc
 
     def stop(self) -> None:
+        if self.lrc is not None:
+            self.lrc.stop()
         if self.api is not None:
             self.api.stop()
         if self.sessions is not None:
@@ -150,11 +152,24 @@ def start_services(rt: runtime.Runtime) -> Services:
     from controller import metrics
     metrics.register("runtime", lambda: runtime.samples(rt))
     metrics.register("agents", lambda: sessions.samples(rt.loaded))
+    from apps.lrc.service import LrcService
+    from controller import api as api_mod
+    from controller.network_view import NetworkView
+    # the routing app registers its port-statistics poll when it starts (after these services)
+    lrc = LrcService(rt, sessions, poll=lambda: _provider(api_mod, "poll_port_stats", 0),
+                     replies=lambda: _provider(api_mod, "port_stats_replies", 0),
+                     loads=lambda: _provider(api_mod, "link_loads", {}),
+                     view=NetworkView(rt.loaded.topology)).start()
+    metrics.register("lrc", lrc.samples)
     api = None
     if rt.loaded.cfg.api is not None:
-        from controller import api as api_mod
         api = api_mod.serve(rt, sessions)
-    return Services(sessions, api)
+    return Services(sessions, api, lrc)
+
+
+def _provider(api_mod, name: str, default):
+    fn = api_mod.PROVIDERS.get(name)
+    return fn() if fn is not None else default
 
 
 def reload_quietly(rt: runtime.Runtime) -> None:

@@ -59,6 +59,12 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], str]] = {
     "bwfabric_agent_refusals": ("counter", ("host",), "pushes the agent refused"),
     "bwfabric_agent_connects": ("counter", ("host",), "connections the session made to the agent"),
     "bwfabric_agent_class_bytes": ("counter", ("host", "class"), "bytes sent through an agent's HTB class"),
+    "bwfabric_lrc_rounds": ("counter", (), "LRC controller rounds run (one per tau_r)"),
+    "bwfabric_lrc_pairs": ("gauge", (), "VM-pairs LRC is controlling (reported open by the agents)"),
+    "bwfabric_lrc_delay_seconds": ("gauge", (), "LRC's measured delay: port statistics asked -> the agent's "
+                                   "reply to that round's factors (running average)"),
+    "bwfabric_lrc_link_factor_bytes_per_second": ("gauge", ("src", "dst"), "LRC's link factor r_l: the rate "
+                                                  "per unit of pair weight on the link from src to dst"),
     "bwfabric_admission_headroom_bytes_per_second": ("gauge", ("cut",), "mu x capacity minus the guarantees "
                                                      "that can cross a cut (admission control)"),
 }

@@ -4,8 +4,9 @@ configuration, so the switches and the hosts never disagree.
 
 - :func:`host_configs`: per host carrying a VM, the agent's
   :class:`hostagent.plan.HostConfig` -- the VM's tenant policy (hose
-  guarantee, fairness policy, WC subflows, competition) with the host's
-  shape from the topology (address, NIC rate) and its tuning.
+  guarantee, fairness policy, WC subflows, competition, and with LRC its
+  weight and the tenant's other VMs) with the host's shape from the
+  topology (address, NIC rate) and its tuning.
 - :func:`meter_rates`: per metered host, the BG rate its ToR polices.
 - :func:`agent_endpoints`: where each agent listens and its key file.
 """
@@ -13,7 +14,7 @@ configuration, so the switches and the hosts never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from hostagent.plan import HostConfig, HostSettings, VmPolicy
+from hostagent.plan import HostConfig, HostSettings, LrcPeer, LrcPolicy, VmPolicy
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ def host_configs(loaded) -> dict[str, HostConfig]:
     """host -> its agent's configuration (every host that carries a VM and is not unmanaged)."""
     out = {}
     unmanaged = set(loaded.cfg.agents.unmanaged)
+    lrc = loaded.cfg.lrc
     for host, (tenant_name, _, vm) in sorted(loaded.vms().items()):
         if host in unmanaged:
             continue
@@ -42,9 +44,19 @@ def host_configs(loaded) -> dict[str, HostConfig]:
                                                address=loaded.topology.host(host).ip,
                                                nic_mbps=float(nic_mbps(loaded.topology, host)), **tuning),
                          vm=VmPolicy(guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows,
-                                     policy=tenant.policy, competition=vm.competition))
+                                     policy=tenant.policy, competition=vm.competition,
+                                     lrc=_lrc_policy(loaded, tenant_name, host) if lrc.enabled else None))
         out[host] = cfg
     return out
+
+
+def _lrc_policy(loaded, tenant_name: str, host: str) -> LrcPolicy:
+    """LRC at ``host``: its VM's weight and the tenant's other VMs by address."""
+    tenant = loaded.cfg.tenants[tenant_name]
+    me = next(vm for vm in tenant.vms.values() if vm.host == host)
+    peers = {loaded.topology.host(vm.host).ip: LrcPeer(weight=vm.weight, guarantee_mbps=vm.guarantee_mbps)
+             for vm in tenant.vms.values() if vm.host != host}
+    return LrcPolicy(mode=loaded.cfg.lrc.mode, weight=me.weight, peers=peers, params=loaded.cfg.lrc.params())
 
 
 def meter_rates(loaded) -> dict[str, float]:
