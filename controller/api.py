@@ -11,6 +11,7 @@ Resources (JSON; every ``/v1`` request needs ``Authorization: Bearer
 - ``GET /v1/tenants``, ``GET/PUT/DELETE /v1/tenants/{t}``,
   ``GET/PUT/DELETE /v1/tenants/{t}/vms/{vm}``: the tenants in force;
 - ``GET /v1/flows``: long flows, predicted rates and placed paths
+- ``GET /v1/lrc``: LRC's rounds, measured delay, pairs with their terms, link factors
   (LESSOR);
 - ``GET /v1/agents``: every agent session's state;
 - ``POST /v1/reload``: read the configuration file again.
@@ -97,6 +98,7 @@ class Api:
             Rule("/v1/status", endpoint="status", methods=["GET"]),
             Rule("/v1/fabric", endpoint="fabric", methods=["GET"]),
             Rule("/v1/flows", endpoint="flows", methods=["GET"]),
+            Rule("/v1/lrc", endpoint="lrc", methods=["GET"]),
             Rule("/v1/agents", endpoint="agents", methods=["GET"]),
             Rule("/v1/reload", endpoint="reload", methods=["POST"]),
             Rule("/v1/tenants", endpoint="tenants", methods=["GET"]),
@@ -170,6 +172,9 @@ class Api:
 
     def on_flows(self, request):
         return _json({"flows": _provider("flows", [])})
+
+    def on_lrc(self, request):
+        return _json({"lrc": _provider("lrc", None)})
 
     def on_agents(self, request):
         return _json({"agents": self.sessions.states() if self.sessions is not None else []})

@@ -161,6 +161,7 @@ def start_services(rt: runtime.Runtime) -> Services:
                      loads=lambda: _provider(api_mod, "link_loads", {}),
                      view=NetworkView(rt.loaded.topology)).start()
     metrics.register("lrc", lrc.samples)
+    api_mod.PROVIDERS["lrc"] = lrc.state
     api = None
     if rt.loaded.cfg.api is not None:
         api = api_mod.serve(rt, sessions)

@@ -16,7 +16,8 @@ from hostagent.channel import write_secret
 def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_queues: bool = False,
           state_file: Path | None = None, lessor: dict | None = None, tenants: dict | None = None,
           agents_dir: Path | None = None, agent_defaults: dict | None = None, api_port: int | None = None,
-          prio: dict | None = None, admission_mu: float | None = None, port_stats_s: float | None = None) -> Path:
+          prio: dict | None = None, admission_mu: float | None = None, port_stats_s: float | None = None,
+          lrc: dict | None = None) -> Path:
     """A configuration file for one run. With ``agents_dir``, every VM's
     host has an agent at ``unix:<agents_dir>/<host>.sock`` whose key derives
     from ``<agents_dir>/master.key`` (created here); with ``api_port``, the
@@ -36,6 +37,8 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
         data["admission"] = {"mu": admission_mu}
     if tenants:
         data["tenants"] = tenants
+    if lrc:
+        data["lrc"] = lrc
     if agents_dir is not None:
         agents_dir = Path(agents_dir).resolve()
         agents_dir.mkdir(parents=True, exist_ok=True)

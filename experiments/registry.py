@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from experiments import bgwc, lessor_dynamics, lessor_eval, product, routing_comparison
+from experiments import bgwc, lessor_dynamics, lessor_eval, lrc_emu, product, routing_comparison
 from experiments.options import OptionError, parse_options
 
 EXPERIMENTS = {
@@ -30,6 +30,7 @@ EXPERIMENTS = {
     "lessor-polling": (lessor_dynamics, lessor_dynamics.POLLING,
                        "Algorithm 1: polling period and controller CPU over idle / flow storm / idle"),
     **{f"bgwc-{k}": (bgwc, {"kind": k}, f"BG/WC testbed: {help_}") for k, help_ in bgwc.KINDS.items()},
+    **{f"lrc-{k}": (lrc_emu, {"kind": k}, f"LRC on the BG/WC testbed: {help_}") for k, help_ in lrc_emu.KINDS.items()},
 }
 
 

@@ -4,7 +4,10 @@
   UDP flow between the two has carried a packet within ``pair_idle_s``.
   The kernel says so: a conntrack entry's remaining timeout is refreshed on
   every packet, so "full timeout − remaining" is how long it has been idle
-  (:func:`active_peers`; ESTABLISHED TCP and UDP, either direction).
+  (:func:`active_peers`; ESTABLISHED TCP and UDP, either direction). An
+  ESTABLISHED entry with data in flight is refreshed to the
+  "unacknowledged" timeout (300 s), not the established one (5 days): a
+  remaining timeout at or below the former is read against it.
 - Algorithm 1 (:func:`apps.lrc.model.SenderHalves`' rule): the sender half
   B_x·w_y/Σ_{X^r} w of every open pair, recomputed whenever the open set
   changes; until the controller's B_i (both halves of Eq. 2) arrives, and
@@ -47,6 +50,8 @@ class Timeouts:
     tcp_established: int = 432000
     udp: int = 30
     udp_stream: int = 120
+    # an ESTABLISHED entry with data in flight is refreshed to this instead (a sender's always is)
+    tcp_unacknowledged: int = 300
 
     @classmethod
     def read(cls, root: Path = Path("/proc/sys/net/netfilter")) -> "Timeouts":
@@ -56,7 +61,7 @@ class Timeouts:
             except (OSError, ValueError):
                 return default
         return cls(one("nf_conntrack_tcp_timeout_established", 432000), one("nf_conntrack_udp_timeout", 30),
-                   one("nf_conntrack_udp_timeout_stream", 120))
+                   one("nf_conntrack_udp_timeout_stream", 120), one("nf_conntrack_tcp_timeout_unacknowledged", 300))
 
 
 def active_peers(entries, address: str, peers, idle_s: float, timeouts: Timeouts) -> set[str]:
@@ -73,7 +78,9 @@ def active_peers(entries, address: str, peers, idle_s: float, timeouts: Timeouts
         if other not in peers:
             continue
         if e.proto == TCP and e.tcp_established:
-            full = timeouts.tcp_established
+            # refreshed to the established timeout, or to the unacknowledged one while data is in flight
+            full = timeouts.tcp_unacknowledged if e.timeout_s <= timeouts.tcp_unacknowledged \
+                else timeouts.tcp_established
         elif e.proto == UDP:
             full = timeouts.udp_stream if e.assured else timeouts.udp
         else:
@@ -240,11 +247,12 @@ class LrcHost:
     def report(self, now: float) -> dict[str, dict]:
         """Per open pair: v, the limit in force, B_i, the factor's age."""
         lim = self.limits(now)
+        b = self.guarantees(now)
         out = {}
         for p in self.open:
             pr = self.rates.pairs[p]
             total = lim[p].bg_mbps + (lim[p].wc_mbps or 0.0)
-            out[p] = {"v_mbps": round(pr.v, 4), "limit_mbps": round(total, 4), "guarantee_mbps": round(lim[p].bg_mbps, 4),
+            out[p] = {"v_mbps": round(pr.v, 4), "limit_mbps": round(total, 4), "guarantee_mbps": round(b[p], 4),
                       "weight": pr.weight, "factor_age_s": None if pr.received_at is None
                       else round(now - pr.received_at, 3)}
         return out

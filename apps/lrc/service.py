@@ -40,6 +40,7 @@ class LrcService:
         self.last_round_s: float | None = None
         self.delays: list[float] = []           # the last 100 measured delays (s)
         self.counted: dict[str, float] = {}     # host -> the last round whose reply was measured
+        self.last_reports: dict[str, dict] = {}
         rt.subscribe("lrc", lambda old, new: self.ctrl.configure(new, new.cfg.lrc.params()))
 
     def start(self) -> "LrcService":
@@ -78,6 +79,7 @@ class LrcService:
                 self.counted[host] = sent
                 self.delays = (self.delays + [acked - sent])[-100:]
                 self.ctrl.observe_delay(acked - sent)
+        self.last_reports = reports
         out = self.ctrl.round(self.loads(), reports)
         for host in self._lrc_hosts():
             s = self.sessions.session(host)
@@ -87,6 +89,21 @@ class LrcService:
 
     def _lrc_hosts(self) -> list[str]:
         return sorted({v.host for v in self.ctrl.vms.values()})
+
+    def state(self) -> dict:
+        """What ``GET /v1/lrc`` shows."""
+        st = self.guard.stats.get("lrc")
+        f = self.ctrl.factors
+        return {"enabled": self.rt.loaded.cfg.lrc.enabled, "rounds": st.rounds if st else 0,
+                "errors": st.errors if st else 0, "last_error": st.last_error if st else None,
+                "delay_s": self.ctrl.delay_s, "feedback_delay_s": f.params.feedback_delay_s,
+                "last_round_s": self.last_round_s,
+                "pairs": [{"src": s, "dst": d, "weight": pp.weight, "guarantee_mbps": pp.guarantee_mbps,
+                           "r_tilde_mbps": f.pair_factor((s, d)) if pp.links else None,
+                           "reported": self.last_reports.get(self.ctrl.vms[s].host, {}).get(d)
+                           if s in self.ctrl.vms else None}
+                          for (s, d), pp in sorted(f.pairs.items())],
+                "factors": [{"src": a, "dst": b, "r_mbps": r} for (a, b), r in sorted(f.r.items())]}
 
     def samples(self):
         st = self.guard.stats.get("lrc")

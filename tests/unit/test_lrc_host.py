@@ -11,7 +11,7 @@ from hostagent import plan as P
 from hostagent.lrc import Entry, LrcHost, Timeouts, active_peers
 
 ME = "10.0.0.1"
-T = Timeouts(tcp_established=432000, udp=30, udp_stream=120)
+T = Timeouts(tcp_established=432000, udp=30, udp_stream=120, tcp_unacknowledged=300)
 
 
 def policy(mode="combined", **params):
@@ -31,6 +31,9 @@ def test_active_peers_by_idle_time():
         Entry("10.0.0.5", "10.0.0.6", 6, True, True, 432000),   # not ours
     ]
     assert active_peers(entries, ME, {"10.0.0.2", "10.0.0.3", "10.0.0.9"}, 2.0, T) == {"10.0.0.2", "10.0.0.3"}
+    # a sender's entry: data in flight, refreshed to the unacknowledged timeout (300 s)
+    sending = [Entry(ME, "10.0.0.2", 6, True, True, 299), Entry(ME, "10.0.0.3", 6, True, True, 290)]
+    assert active_peers(sending, ME, {"10.0.0.2", "10.0.0.3"}, 2.0, T) == {"10.0.0.2"}
     assured = [Entry(ME, "10.0.0.9", 17, False, True, 120 - 3)]
     assert active_peers(assured, ME, {"10.0.0.9"}, 2.0, T) == set()
     assert active_peers(assured, ME, {"10.0.0.9"}, 5.0, T) == {"10.0.0.9"}

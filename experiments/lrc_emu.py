@@ -1,0 +1,266 @@
+"""LRC emulated (paper §V-A) on the BG/WC testbed: S1-S4 -> S5-S8 through
+one shared link (sl -> sm), 60 Mb/s links for the paper's 1 Gb/s, the
+controller running LRC (port statistics every τ_r, factors to the agents),
+the agents limiting each VM-pair.
+
+Kinds (``bwfabric experiment lrc-KIND``):
+- ``calibrate``: one TCP connection alone (LRC off): the highest goodput
+  over the link's rate is μ (the paper's way).
+- ``fig6`` (paper mode): X (S1 -> S5) and Y (S2 -> S6) each guaranteed
+  45 % of μC; Y opens 1, 2, 4, 8, 16 TCP connections, X one: X's rate over
+  its guarantee.
+- ``fig7`` (paper mode): X one TCP connection; Y sends UDP at 0, 25, 50,
+  75, 100 % of μC beside one TCP connection: X over its guarantee and the
+  link's use.
+- ``table1`` (paper mode): X and Y with weights 1:1, 1:2, 1:4, 1:8 (small
+  guarantees): Y's rate over X's.
+- ``combined`` (combined mode, prio queues): X, Y, Z with guarantees, an
+  adversarial W (UDP flood at the link rate plus 8 connections): every
+  pair's BG over its B_i, spare shared by weight.
+
+Every kind reports the controller's measured delay (port statistics asked
+-> the agent's reply with that round's factors) from ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from experiments import configs
+from experiments import results as R
+from experiments.agents import Agents, BpfLoaded, wait_in_force
+from experiments.bgwc.measure import RunLog, Traffic, measured, window_mean
+from experiments.bgwc.testbed import PAIR, SENDERS
+from experiments.bgwc.testbed import Config as BgwcConfig
+from experiments.controller_proc import ControllerProcess
+from experiments.fabric import Fabric
+from experiments.options import OptionError
+from mininet_topos import builders
+
+KINDS = {
+    "calibrate": "one TCP connection alone: μ = its goodput over the link rate",
+    "fig6": "paper mode: X and Y at 45 % of μC each, Y opens 1-16 connections",
+    "fig7": "paper mode: X one connection, Y's UDP sweeps 0 -> μC",
+    "table1": "paper mode: weights 1:1, 1:2, 1:4, 1:8",
+    "combined": "combined mode: three tenants and an adversarial one",
+}
+
+
+@dataclass
+class Config:
+    kind: str = "fig6"
+    link_mbps: float = 60.0
+    mu: float = 0.9
+    duration: float = 20.0
+    settle_s: float = 8.0            # a run's first seconds are left out of its means
+    sample_s: float = 0.5
+    flows: tuple[int, ...] = (1, 2, 4, 8, 16)      # fig6: Y's connections
+    udp_levels: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)   # fig7: Y's UDP, fraction of μC
+    weights: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)             # table1: Y's weight (X's is 1)
+    beta: float = 1.0
+    alpha: float = 10.0
+    tau_r_s: float = 0.1
+    of_port: int = 6653
+
+    def check(self) -> None:
+        if self.kind not in KINDS:
+            raise OptionError(f"option kind={self.kind!r}: one of {', '.join(KINDS)}")
+
+    @property
+    def mu_c(self) -> float:
+        return self.mu * self.link_mbps
+
+
+def tenant(snd: str, guarantee: float, weight: float = 1.0, wc_subflows: int = 0) -> dict:
+    return {"policy": "guarantee", "wc_subflows": wc_subflows,
+            "vms": {"snd": {"host": snd, "guarantee_mbps": guarantee, "weight": weight},
+                    "rcv": {"host": PAIR[snd], "guarantee_mbps": guarantee, "weight": weight}}}
+
+
+def _bgwc(cfg: Config) -> BgwcConfig:
+    """The BG/WC testbed's measuring options for this run."""
+    return BgwcConfig(kind="fig12", link_mbps=cfg.link_mbps, duration=cfg.duration, sample_s=cfg.sample_s)
+
+
+def delay_from_metrics(text: str) -> float | None:
+    m = re.search(r"^bwfabric_lrc_delay_seconds\s+([0-9.eE+-]+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+class Run:
+    def __init__(self, cfg: Config, out_dir: Path, fab: Fabric, api):
+        self.cfg, self.out_dir, self.fab, self.api = cfg, out_dir, fab, api
+        self.log = RunLog()
+        self.snapshots: list = []
+
+    def tenants(self, want: dict[str, dict]) -> float:
+        now = self.api.get("/v1/tenants")["tenants"]
+        for name in sorted(set(now) - set(want)):
+            self.api.delete(f"/v1/tenants/{name}")
+        for name, t in sorted(want.items()):
+            if now.get(name) != t:
+                self.api.put(f"/v1/tenants/{name}", t)
+        hosts = [vm["host"] for t in want.values() for vm in t["vms"].values()]
+        return wait_in_force(self.api, hosts)
+
+    def measure(self, scenario) -> list[dict]:
+        import threading
+        snaps: list = []
+
+        def snap():          # LRC's state halfway through the run
+            time.sleep(self.cfg.duration / 2)
+            try:
+                snaps.append(self.api.get("/v1/lrc")["lrc"])
+            except Exception as exc:  # noqa: BLE001
+                snaps.append({"error": str(exc)})
+        th = threading.Thread(target=snap, daemon=True)
+        th.start()
+        rates, _ = measured(self.fab, _bgwc(self.cfg), scenario, self.log)
+        th.join(5)
+        self.snapshots.append(snaps[0] if snaps else None)
+        return rates
+
+    def delay(self) -> float | None:
+        return delay_from_metrics(self.api.metrics())
+
+
+def _total(rates, s, a, b) -> float:
+    return sum(window_mean(rates, f"{k}-{s}", a, b) for k in ("bg", "wc", "udp"))
+
+
+def _calibrate(run: Run) -> dict:
+    cfg = run.cfg
+    run.tenants({})                  # nothing shapes the connection: what the emulated link carries
+
+    def scenario(traffic: Traffic) -> None:
+        traffic.bulk("s1", cfg.duration)
+        time.sleep(cfg.duration)
+    rates = run.measure(scenario)
+    best = max((_total([r], "s1", -1, 1e9) for r in rates[int(cfg.settle_s / cfg.sample_s):]), default=0.0)
+    mean = _total(rates, "s1", cfg.settle_s, cfg.duration)
+    return {"rates": rates, "goodput_mean_mbps": mean, "goodput_best_interval_mbps": best,
+            "mu_measured": mean / cfg.link_mbps}
+
+
+def _fig6(run: Run) -> dict:
+    cfg = run.cfg
+    g = 0.45 * cfg.mu_c
+    run.tenants({"x": tenant("s1", g), "y": tenant("s2", g)})
+    rows = []
+    for n in cfg.flows:
+        def scenario(traffic: Traffic, n: int = n) -> None:
+            traffic.bulk("s1", cfg.duration)
+            traffic.bulk("s2", cfg.duration, conns=n)
+            time.sleep(cfg.duration)
+        rates = run.measure(scenario)
+        x, y = (_total(rates, s, cfg.settle_s, cfg.duration) for s in ("s1", "s2"))
+        rows.append({"y_connections": n, "x_mbps": x, "y_mbps": y, "x_of_guarantee": x / g,
+                     "link_of_muC": (x + y) / cfg.mu_c, "rates": rates, "delay_s": run.delay()})
+    return {"guarantee_mbps": g, "rows": rows,
+            "verdict": {"min_x_of_guarantee": min(r["x_of_guarantee"] for r in rows),
+                        "x_of_guarantee_at_16": rows[-1]["x_of_guarantee"]}}
+
+
+def _fig7(run: Run) -> dict:
+    cfg = run.cfg
+    g = 0.45 * cfg.mu_c
+    run.tenants({"x": tenant("s1", g), "y": tenant("s2", g)})
+    rows = []
+    for level in cfg.udp_levels:
+        def scenario(traffic: Traffic, level: float = level) -> None:
+            traffic.bulk("s1", cfg.duration)
+            traffic.bulk("s2", cfg.duration)
+            if level > 0:
+                traffic.udp("s2", level * cfg.mu_c, cfg.duration)
+            time.sleep(cfg.duration)
+        rates = run.measure(scenario)
+        x, y = (_total(rates, s, cfg.settle_s, cfg.duration) for s in ("s1", "s2"))
+        rows.append({"y_udp_of_muC": level, "x_mbps": x, "y_mbps": y, "x_of_guarantee": x / g,
+                     "link_of_muC": (x + y) / cfg.mu_c, "rates": rates, "delay_s": run.delay()})
+    return {"guarantee_mbps": g, "rows": rows,
+            "verdict": {"min_x_of_guarantee": min(r["x_of_guarantee"] for r in rows),
+                        "min_link_of_muC": min(r["link_of_muC"] for r in rows)}}
+
+
+def _table1(run: Run) -> dict:
+    cfg = run.cfg
+    small = 0.02 * cfg.mu_c
+    rows = []
+    for w in cfg.weights:
+        run.tenants({"x": tenant("s1", small, 1.0), "y": tenant("s2", small, w)})
+
+        def scenario(traffic: Traffic) -> None:
+            traffic.bulk("s1", cfg.duration)
+            traffic.bulk("s2", cfg.duration)
+            time.sleep(cfg.duration)
+        rates = run.measure(scenario)
+        x, y = (_total(rates, s, cfg.settle_s, cfg.duration) for s in ("s1", "s2"))
+        rows.append({"weights": f"1:{w:g}", "x_mbps": x, "y_mbps": y, "ratio": y / x if x > 0 else None,
+                     "error": (y / x) / w - 1 if x > 0 else None, "rates": rates, "delay_s": run.delay()})
+    return {"rows": rows, "verdict": {r["weights"]: r["ratio"] for r in rows}}
+
+
+def _combined(run: Run) -> dict:
+    cfg = run.cfg
+    g = {"s1": 0.3 * cfg.mu_c, "s2": 0.2 * cfg.mu_c, "s3": 0.1 * cfg.mu_c, "s4": 0.1 * cfg.mu_c}
+    w = {"s1": 1.0, "s2": 1.0, "s3": 2.0, "s4": 1.0}
+    run.tenants({f"t{s[1]}": tenant(s, g[s], w[s], wc_subflows=1) for s in SENDERS})
+
+    def scenario(traffic: Traffic) -> None:
+        for s in ("s1", "s2", "s3"):
+            traffic.bulk(s, cfg.duration)
+        traffic.bulk("s4", cfg.duration, conns=8)
+        traffic.udp("s4", cfg.link_mbps, cfg.duration)
+        time.sleep(cfg.duration)
+    rates = run.measure(scenario)
+    a, b = cfg.settle_s, cfg.duration
+    per = {s: {"bg": window_mean(rates, f"bg-{s}", a, b) + window_mean(rates, f"udp-{s}", a, b),
+               "wc": window_mean(rates, f"wc-{s}", a, b), "guarantee": g[s], "weight": w[s]} for s in SENDERS}
+    spare = {s: per[s]["wc"] for s in ("s1", "s2", "s3")}
+    wsum = sum(w[s] for s in spare)
+    total_spare = sum(spare.values())
+    share_err = max(abs(spare[s] / total_spare - w[s] / wsum) / (w[s] / wsum) for s in spare) if total_spare else None
+    return {"rates": rates, "per_sender": per, "delay_s": run.delay(),
+            "verdict": {"min_bg_of_guarantee": min(per[s]["bg"] / g[s] for s in ("s1", "s2", "s3")),
+                        "spare_share_error": share_err}}
+
+
+RUNNERS = {"calibrate": _calibrate, "fig6": _fig6, "fig7": _fig7, "table1": _table1, "combined": _combined}
+
+
+def run(cfg: Config, out_dir: Path) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    topo = builders.bgwc_testbed(link_mbps=cfg.link_mbps, mtu=1500, queue_bytes=450_000)
+    topo.save(out_dir / "topology.json")
+    combined = cfg.kind == "combined"
+    lrc = {"enabled": cfg.kind != "calibrate", "mode": "combined" if combined else "paper", "mu": cfg.mu,
+           "alpha": cfg.alpha, "beta": cfg.beta, "tau_r_s": cfg.tau_r_s}
+    api_port = cfg.of_port + 1000
+    first = {} if cfg.kind == "calibrate" else {"x": tenant("s1", 0.1 * cfg.link_mbps,
+                                                            wc_subflows=1 if combined else 0)}
+    conf = configs.write(out_dir / "bwfabric.yaml", out_dir / "topology.json", "single_path", cfg.of_port,
+                         prio_queues=combined, tenants=first, agents_dir=out_dir / "agents", api_port=api_port,
+                         lrc=lrc, agent_defaults={"pace_bg": False} if not combined else None)
+    hosts = [*SENDERS, *PAIR.values()]
+    report: dict = {"config": asdict(cfg), "kind": cfg.kind}
+    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, queues="tc", wc_aqm=combined) as fab, \
+            Agents(fab, out_dir / "agents", hosts), ControllerProcess(conf, out_dir / "controller.log"):
+        fab.wait_routes(60)
+        api = configs.ApiClient.from_config(conf)
+        bench = Run(cfg, out_dir, fab, api)
+        report.update(RUNNERS[cfg.kind](bench))
+        report["lrc_midrun"] = bench.snapshots
+        report["warnings"] = list(fab.warnings)
+        try:
+            report["delay_s_end"] = delay_from_metrics(api.metrics())
+        except Exception as exc:  # noqa: BLE001 - the figures stand without it
+            report["warnings"].append(f"metrics: {exc}")
+    R.write_json(out_dir / "results.json", report)
+    print(json.dumps({k: v for k, v in report.items() if k in ("verdict", "delay_s_end", "goodput_mean_mbps",
+                                                                "mu_measured", "warnings")}, indent=1))
+    print(f"\nresults: {out_dir / 'results.json'}")
+    return report
