@@ -42,6 +42,7 @@ class LinkFactors:
     sent: list = field(default_factory=list)         # the last rounds' factors, newest last (the model's delay line)
     refused_loads: int = 0
     rescales: int = 0
+    saturation_drops: int = 0
 
     def __post_init__(self) -> None:
         for link, c in self.capacity_mbps.items():
@@ -133,6 +134,13 @@ class LinkFactors:
             lo, hi = self._bounds(link)
             self.r[link] = M.next_link_factor(self.r[link], load + lag.get(link, 0.0), self.mu_c(link), p.beta,
                                               p.tau_r_s, lo, hi)
+            if p.saturation is not None and load >= p.saturation * self.capacity_mbps[link]:
+                # full: the wire caps the load at C, so Eq. 27's decrease is at most β·τ_r·(1 − 1/μ) a round
+                # however far the limits overshoot; the equilibrium with the link's pairs is where they fit
+                eq = self._clamp(link, M.equilibrium_factor(self.mu_c(link), self._terms(link)))
+                if self.r[link] > eq:
+                    self.r[link] = eq
+                    self.saturation_drops += 1
         self._advance_model()
 
     def lag(self) -> dict:

@@ -75,6 +75,10 @@ class LrcParams(StrictModel):
         "link's equilibrium with the pairs' guarantees")
     anti_windup: bool = Field(True, description="count the load the pairs' limits have yet to climb to "
                               "(modelled at the controller) when stepping r_l, so a lagging v does not wind r_l up")
+    saturation: float | None = Field(0.97, gt=0.5, le=1.0, description="a link carrying at least this x its "
+                                     "capacity is full: its load says nothing of how far the limits exceed it "
+                                     "(the wire caps it), so a factor above the link's equilibrium drops to it "
+                                     "at once; null: never")
     feedback_delay_s: float = Field(0.2, ge=0, le=10, description="the controller's estimate of the delay from "
                                     "the end of a port-statistics interval to the factor at the host (its model "
                                     "of the hosts' v applies factors this late)")

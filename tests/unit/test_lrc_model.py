@@ -242,3 +242,23 @@ def test_equilibrium_factor_solves_its_equation(members, mu_c):
     else:
         assert load(r) == pytest.approx(mu_c, rel=1e-9)
         assert load(r * (1 - 1e-6)) < mu_c + 1e-6
+
+
+def test_a_full_link_drops_its_factor_to_the_equilibrium():
+    """At C the wire caps the measured load, so Eq. 27 alone sheds an
+    overshoot at β·τ_r·(1 − 1/μ) a round; a full link's factor above its
+    equilibrium drops to it at once."""
+    two = {"A": PairPath(1, 0, frozenset({"L"})), "B": PairPath(1, 0, frozenset({"L"}))}
+    lf = LinkFactors(params(anti_windup=False, rescale="none"), {"L": 1000.0})
+    lf.set_pairs(two)
+    lf.r["L"] = 900.0                               # wound up while the pairs were idle
+    lf.update({"L": 1000.0})                        # full
+    assert lf.r["L"] == pytest.approx(450) and lf.saturation_drops == 1
+    off = LinkFactors(params(anti_windup=False, rescale="none", saturation=None), {"L": 1000.0})
+    off.set_pairs(two)
+    off.r["L"] = 900.0
+    off.update({"L": 1000.0})
+    assert off.r["L"] == pytest.approx(900 * math.exp(0.1 * (1 - 1000 / 900)))
+    lf.r["L"] = 300.0                               # below the equilibrium: Eq. 27 as usual
+    lf.update({"L": 990.0})
+    assert lf.r["L"] == pytest.approx(300 * math.exp(0.1 * (1 - 990 / 900)))
