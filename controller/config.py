@@ -237,8 +237,13 @@ class Lrc(LrcParams):
                                                "B_i, WC to max(B_i, v_i) - B_i; paper: one subflow limited to "
                                                "max(B_i, v_i) (tenants' wc_subflows must be 0)")
 
+    wc: Literal["competition", "ceiling"] = Field("competition", description="combined mode: the WC subflows "
+                                                  "get max(B_i, v_i) - B_i as the VM's WC competition level "
+                                                  "(A_l = the pairs' excess / U; bwf_wc shares the spare in "
+                                                  "proportion) or as an HTB ceiling per pair")
+
     def params(self) -> LrcParams:
-        return LrcParams(**self.model_dump(exclude={"enabled", "mode"}))
+        return LrcParams(**self.model_dump(exclude={"enabled", "mode", "wc"}))
 
 
 class Fabric(_Strict):

@@ -56,7 +56,8 @@ def _lrc_policy(loaded, tenant_name: str, host: str) -> LrcPolicy:
     me = next(vm for vm in tenant.vms.values() if vm.host == host)
     peers = {loaded.topology.host(vm.host).ip: LrcPeer(weight=vm.weight, guarantee_mbps=vm.guarantee_mbps)
              for vm in tenant.vms.values() if vm.host != host}
-    return LrcPolicy(mode=loaded.cfg.lrc.mode, weight=me.weight, peers=peers, params=loaded.cfg.lrc.params())
+    return LrcPolicy(mode=loaded.cfg.lrc.mode, wc=loaded.cfg.lrc.wc, weight=me.weight, peers=peers,
+                     params=loaded.cfg.lrc.params())
 
 
 def meter_rates(loaded) -> dict[str, float]:

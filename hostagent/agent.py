@@ -79,6 +79,7 @@ class Agent:
         self.lrc = None                      # hostagent.lrc.LrcHost while the config has vm.lrc
         self.lrc_in_force: dict = {}         # the pair limits the kernel has (peer -> PairLimit)
         self.lrc_slots: dict = {}            # their slots, read back after the last full apply
+        self.lrc_a_l: float | None = None    # the WC competition level LRC set (combined mode), in force
         self.lrc_repairs = 0
         self.lock = threading.Lock()
 
@@ -107,8 +108,9 @@ class Agent:
         with LRC, the pair limits in force unless others are given)."""
         if cfg.vm.lrc is not None and lrc_limits is None:
             lrc_limits = self.lrc_in_force
-        return host_plan(cfg, rcvbuf, self.executor.pair_slots(cfg.interface),
-                         lrc_limits if cfg.vm.lrc is not None else None)
+        lrc = cfg.vm.lrc is not None
+        return host_plan(cfg, rcvbuf, self.executor.pair_slots(cfg.interface), lrc_limits if lrc else None,
+                         self.lrc_a_l if lrc else None)
 
     def _lrc_for(self, cfg: HostConfig):
         """The LRC state ``cfg`` runs with: the current one carried on (v
@@ -126,13 +128,15 @@ class Agent:
     def _put_with_lrc(self, cfg: HostConfig) -> int:
         """put_in_force with the LRC state ``cfg`` asks for; on failure the
         previous LRC state stays."""
-        before, before_limits = self.lrc, self.lrc_in_force
+        before = self.lrc, self.lrc_in_force, self.lrc_a_l
         self.lrc = self._lrc_for(cfg)
-        self.lrc_in_force = self.lrc.limits(time.monotonic()) if self.lrc is not None else {}
+        now = time.monotonic()
+        self.lrc_in_force = self.lrc.limits(now) if self.lrc is not None else {}
+        self.lrc_a_l = self.lrc.competition(now, cfg.unit_mbps) if self.lrc is not None else None
         try:
             return self.put_in_force(cfg, self.rcvbuf)
         except Exception:
-            self.lrc, self.lrc_in_force = before, before_limits
+            self.lrc, self.lrc_in_force, self.lrc_a_l = before
             raise
 
     def lrc_round(self, entries=None, now: float | None = None) -> str:
@@ -152,6 +156,14 @@ class Agent:
             lrc.observe(active, now)
             lrc.step(now)
             want = lrc.limits(now)
+            a_l = lrc.competition(now, self.config.unit_mbps)
+            moved_a_l = a_l is not None and (self.lrc_a_l is None or
+                                              abs(a_l - self.lrc_a_l) > max(0.02 * self.lrc_a_l, 0.005))
+            if moved_a_l:
+                from hostagent.plan import BPF_MAP, BpfMapSet
+                from hostagent.policy import fixed_point
+                self.executor.apply_bpf(BpfMapSet(BPF_MAP, self.config.address, fixed_point(a_l)))
+                self.lrc_a_l = a_l
             if set(want) != set(self.lrc_in_force):
                 before = self.lrc_in_force
                 self.lrc_in_force = want
@@ -163,7 +175,7 @@ class Agent:
                 return "pairs"
             moved = [p for p in want if not _close(want[p], self.lrc_in_force[p])]
             if not moved:
-                return "idle"
+                return "competition" if moved_a_l else "idle"
             from hostagent.plan import TcClass, tc_plan
             slots = self.lrc_slots or self.executor.pair_slots(self.config.interface)
             steps = [s for s in tc_plan(self.config, slots, want) if isinstance(s, TcClass) and _pair_class(s.classid)]

@@ -16,8 +16,12 @@
 - v by Eq. 27 from the controller's latest (r̃_i, w_i) every τ_v
   (:class:`apps.lrc.control.PairRates`: held when factors stop for
   ``hold_s``, B_i after ``fallback_s``).
-- Limits: combined mode BG = B_i, WC = max(B_i, v_i) − B_i; paper mode one
-  limit max(B_i, v_i) (:class:`hostagent.plan.PairLimit`).
+- Limits: paper mode one limit max(B_i, v_i) per pair; combined mode BG =
+  B_i per pair and the rest, max(B_i, v_i) − B_i, to the WC subflows --
+  as the VM's WC competition level A_l = Σ excess / U (``wc:
+  competition``, the default: bwf_wc shares the spare in proportion, no
+  cap at the host) or as an HTB ceiling per pair (``wc: ceiling``)
+  (:class:`hostagent.plan.PairLimit`).
 """
 
 from __future__ import annotations
@@ -241,8 +245,23 @@ class LrcHost:
             pr = self.rates.pairs[p]
             pr.guarantee_mbps = b
             total = min(self.rates.limit(p, now), self.nic_mbps)
-            out[p] = PairLimit(b, max(0.0, total - b)) if self.policy.mode == "combined" else PairLimit(total)
+            if self.policy.mode == "paper":
+                out[p] = PairLimit(total)
+            elif self.policy.wc == "ceiling":
+                out[p] = PairLimit(b, max(0.0, total - b))
+            else:
+                out[p] = PairLimit(b)
         return out
+
+    def competition(self, now: float, unit_mbps: float) -> float | None:
+        """Combined mode with ``wc: competition``: the VM's A_l, its pairs'
+        excess Σ (max(B_i, v_i) − B_i) in units of U (None otherwise)."""
+        if self.policy.mode != "combined" or self.policy.wc != "competition":
+            return None
+        excess = 0.0
+        for p, b in self.guarantees(now).items():
+            excess += max(0.0, min(self.rates.limit(p, now), self.nic_mbps) - b)
+        return excess / unit_mbps
 
     def report(self, now: float) -> dict[str, dict]:
         """Per open pair: v, the limit in force, B_i, the factor's age."""

@@ -119,6 +119,11 @@ class LrcPolicy(_Strict):
     limited to B_i and WC to max(B_i, v_i) − B_i; ``paper``: the pair's one
     subflow limited to max(B_i, v_i)."""
     mode: Literal["combined", "paper"] = "combined"
+    # combined mode, how the WC subflows get max(B_i, v_i) - B_i: "competition" sets the VM's WC
+    # competition level A_l to the pairs' excess over U (bwf_wc shares the spare in that proportion,
+    # work-conserving); "ceiling" caps each pair's WC subflows with an HTB class (the issue's first
+    # design: measured to stall MPTCP connections whose ceiling nears 0, see docs/lrc.md)
+    wc: Literal["competition", "ceiling"] = "competition"
     weight: float = Field(1.0, gt=0, le=1e6)
     peers: dict[str, LrcPeer] = Field(default_factory=dict, max_length=MAX_PAIRS)
     params: LrcParams = Field(default_factory=LrcParams)
@@ -519,19 +524,20 @@ def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None,
     return steps
 
 
-def bpf_plan(cfg: HostConfig) -> list[BpfMapSet]:
-    """A_l for bwf_wc; BG's pacing ceiling for bwf_sockops (none without a
-    guarantee, or with ``pace_bg`` off)."""
-    steps = [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l))]
+def bpf_plan(cfg: HostConfig, a_l: float | None = None) -> list[BpfMapSet]:
+    """A_l for bwf_wc (``a_l``: LRC's, in place of the policy's); BG's
+    pacing ceiling for bwf_sockops (none without a guarantee, or with
+    ``pace_bg`` off)."""
+    steps = [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l if a_l is None else a_l))]
     if cfg.pace_bg and cfg.guarantee_mbps > 0:
         steps.append(BpfMapSet(BPF_PACE_MAP, cfg.address, round(cfg.guarantee_mbps * 1e6 / 8 * BG_PACE_HEADROOM)))
     return steps
 
 
 def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str, int] | None = None,
-              lrc_limits: dict[str, PairLimit] | None = None) -> Plan:
+              lrc_limits: dict[str, PairLimit] | None = None, lrc_a_l: float | None = None) -> Plan:
     """``slots``: the pair slots in force (read back from the kernel), so
     that a new plan keeps every remaining destination's class and filter;
     ``lrc_limits``: LRC's pairs and their limits now (see :func:`tc_plan`)."""
     return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg),
-                       *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg)]))
+                       *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg, lrc_a_l)]))

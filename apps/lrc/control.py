@@ -120,11 +120,16 @@ class LinkFactors:
             raise M.LrcError(f"link {link!r} carries no pair")
         self.r[link] = self._clamp(link, M._positive(f"factor of link {link!r}", r))
 
-    def update(self, loads_mbps: Mapping[Link, float]) -> None:
+    def update(self, loads_mbps: Mapping[Link, float], full_is_equilibrium: bool = False) -> None:
         """One τ_r round: Eq. 27 on every link with pairs and a load sample.
-        A missing or invalid load leaves that link's factor as it is."""
+        A missing or invalid load leaves that link's factor as it is. A full
+        link's factor drops to its equilibrium if above it; with
+        ``full_is_equilibrium`` (the WC subflows are not capped at the hosts,
+        so a link with WC demand is always full and its load says nothing of
+        the limits) a full link's factor *is* its equilibrium."""
         p = self.params
         lag = self.lag() if p.anti_windup else {}
+        full = set()
         for link in sorted(self.members, key=repr):
             load = loads_mbps.get(link)
             if not M.finite_number(load) or load < 0:
@@ -135,13 +140,40 @@ class LinkFactors:
             self.r[link] = M.next_link_factor(self.r[link], load + lag.get(link, 0.0), self.mu_c(link), p.beta,
                                               p.tau_r_s, lo, hi)
             if p.saturation is not None and load >= p.saturation * self.capacity_mbps[link]:
-                # full: the wire caps the load at C, so Eq. 27's decrease is at most β·τ_r·(1 − 1/μ) a round
-                # however far the limits overshoot; the equilibrium with the link's pairs is where they fit
-                eq = self._clamp(link, M.equilibrium_factor(self.mu_c(link), self._terms(link)))
-                if self.r[link] > eq:
+                full.add(link)
+        if full:
+            # full: the wire caps the load at C, so Eq. 27's decrease is at most β·τ_r·(1 − 1/μ) a round
+            # however far the limits overshoot; the full links' joint equilibrium is where the pairs fit
+            for link, eq in self.equilibrium(full).items():
+                if self.r[link] > eq or full_is_equilibrium:
                     self.r[link] = eq
                     self.saturation_drops += 1
         self._advance_model()
+
+    def equilibrium(self, links: set) -> dict:
+        """The factors at which the pairs crossing ``links`` fill them
+        together (weighted max-min with the guarantees as floors, at μC:
+        progressive filling); a link none of whose pairs rises above its
+        guarantee keeps no entry."""
+        from controller.maxmin import weighted_max_min
+        pairs = sorted({q for link in links for q in self.members[link]}, key=repr)
+        paths = [[link for link in self.pairs[q].links if link in links] for q in pairs]
+        # a pair's other links hold it at w·(their least factor), at least its guarantee
+        caps = []
+        for q in pairs:
+            pp = self.pairs[q]
+            others = [self.r[o] for o in pp.links if o not in links and o in self.r]
+            caps.append(max(pp.guarantee_mbps, pp.weight * min(others)) if others else math.inf)
+        rates = weighted_max_min(paths, {link: self.mu_c(link) for link in links},
+                                 [self.pairs[q].weight for q in pairs], [self.pairs[q].guarantee_mbps for q in pairs],
+                                 caps)
+        out: dict = {}
+        for q, path, rate, cap in zip(pairs, paths, rates, caps):
+            pp = self.pairs[q]
+            if rate > pp.guarantee_mbps * (1 + 1e-9) + 1e-9 and rate < cap * (1 - 1e-9):
+                for link in path:
+                    out[link] = max(out.get(link, 0.0), rate / pp.weight)
+        return {link: self._clamp(link, r) for link, r in out.items()}
 
     def lag(self) -> dict:
         """Per link, how much more the pairs' limits would carry once every

@@ -68,6 +68,7 @@ class LrcController:
     seeded: bool = False
     refused_reports: int = 0
     delay_s: float | None = None                           # measured stats -> agent's reply (EWMA)
+    full_is_equilibrium: bool = False     # combined mode, wc: competition (the hosts do not cap WC)
 
     def __post_init__(self) -> None:
         caps = {(u, v): float(self.view.capacity(u, v)) / 1e6 for u, v in self.view.graph.edges}   # Mb/s
@@ -76,6 +77,8 @@ class LrcController:
     def configure(self, loaded, params: M.LrcParams | None = None) -> None:
         """A new configuration: the VMs (and the parameters) change; factors stay."""
         self.vms = vms_by_ip(loaded)
+        lrc = loaded.cfg.lrc
+        self.full_is_equilibrium = lrc.mode == "combined" and lrc.wc == "competition"
         if params is not None and params != self.params:
             self.params = params
             self.factors.params = params
@@ -115,7 +118,7 @@ class LrcController:
             self._seed(pairs, paths)
         loads = {link: bps / 1e6 for link, bps in loads_bps.items()
                  if M.finite_number(bps) and bps >= 0 and link in self.factors.capacity_mbps}
-        self.factors.update(loads)
+        self.factors.update(loads, self.full_is_equilibrium)
         out: dict[str, dict[str, list[float]]] = {}
         for (s, d), pp in paths.items():
             if not pp.links:

@@ -176,9 +176,10 @@ def _min_window(t: np.ndarray, x: np.ndarray, window_s: float = 1.0) -> float:
 
 VARIANTS = {
     # name: LRC parameters
-    "paper (α=2, no re-seed, no anti-windup)": {"alpha": 2.0, "rescale": "none", "anti_windup": False},
-    "issue (α=2, Σw re-seed)": {"alpha": 2.0, "rescale": "weights", "anti_windup": False},
-    "bwfabric (α=10, equilibrium re-seed, anti-windup)": {},
+    "paper (α=2, no re-seed, no anti-windup)": {"alpha": 2.0, "rescale": "none", "anti_windup": False,
+                                                "saturation": None},
+    "issue (α=2, Σw re-seed)": {"alpha": 2.0, "rescale": "weights", "anti_windup": False, "saturation": None},
+    "bwfabric (α=10, equilibrium re-seed, anti-windup, full-link drop)": {},
 }
 
 

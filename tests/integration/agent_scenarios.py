@@ -237,7 +237,7 @@ def lrc_pairs(tmp: Path) -> dict:
     bpf = tmp / "bpffs"
     make_bpf_maps(bpf)
     a = agent(tmp, bpf)
-    lrc = {"mode": "combined", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
+    lrc = {"mode": "combined", "wc": "ceiling", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
            "peers": {"10.9.0.2": {"weight": 1.0, "guarantee_mbps": 40}, "10.9.0.3": {"weight": 3.0,
                                                                                    "guarantee_mbps": 40}}}
     cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc})

@@ -49,7 +49,7 @@ def test_pairs_terms_and_links():
 
 
 def test_factors_follow_the_loads_and_the_hosts_limits_resume():
-    l = loaded(TOPO, {"a": TENANTS["a"]}, beta=1.0)
+    l = loaded(TOPO, {"a": TENANTS["a"]}, beta=1.0, wc="ceiling")
     view = NetworkView(l.topology)
     ctrl = LrcController(view, l.cfg.lrc.params(), "ecmp")
     ctrl.configure(l)

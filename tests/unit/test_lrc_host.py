@@ -14,8 +14,8 @@ ME = "10.0.0.1"
 T = Timeouts(tcp_established=432000, udp=30, udp_stream=120, tcp_unacknowledged=300)
 
 
-def policy(mode="combined", **params):
-    return P.LrcPolicy(mode=mode, weight=1.0, params=LrcParams(**params),
+def policy(mode="combined", wc="ceiling", **params):
+    return P.LrcPolicy(mode=mode, wc=wc, weight=1.0, params=LrcParams(**params),
                        peers={"10.0.0.2": P.LrcPeer(weight=1.0, guarantee_mbps=10),
                               "10.0.0.3": P.LrcPeer(weight=3.0, guarantee_mbps=10),
                               "10.0.0.9": P.LrcPeer(weight=1.0, guarantee_mbps=0)})
@@ -70,6 +70,19 @@ def test_limits_per_mode_follow_v():
         h.step(0.1)
         lim = h.limits(0.1)["10.0.0.2"]
         assert lim.bg_mbps + (lim.wc_mbps or 0) == pytest.approx(40)       # max(B, v) = B
+
+
+def test_combined_competition_gives_the_excess_to_the_wc_competition_level():
+    h = LrcHost(ME, 100.0, 40.0, policy("combined", wc="competition", alpha=20.0))
+    h.observe({"10.0.0.2", "10.0.0.3"}, 0.0)
+    h.set_terms({"10.0.0.2": [30.0, 2.0, 10.0], "10.0.0.3": [10.0, 2.0, 30.0]}, now=0.0)
+    h.step(0.0)
+    lim = h.limits(0.0)
+    assert lim["10.0.0.2"] == P.PairLimit(pytest.approx(10)) and lim["10.0.0.3"] == P.PairLimit(pytest.approx(30))
+    # excess: (60 - 10) + max(0, 20 - 30) = 50 Mb/s, in units of U = 25
+    assert h.competition(0.0, 25.0) == pytest.approx(2.0)
+    assert LrcHost(ME, 100.0, 40.0, policy("combined", wc="ceiling")).competition(0.0, 25.0) is None
+    assert LrcHost(ME, 100.0, 40.0, policy("paper")).competition(0.0, 25.0) is None
 
 
 def test_terms_refused_whole_and_by_name():

@@ -262,3 +262,14 @@ def test_a_full_link_drops_its_factor_to_the_equilibrium():
     lf.r["L"] = 300.0                               # below the equilibrium: Eq. 27 as usual
     lf.update({"L": 990.0})
     assert lf.r["L"] == pytest.approx(300 * math.exp(0.1 * (1 - 990 / 900)))
+
+
+def test_with_uncapped_wc_a_full_link_sits_at_its_equilibrium():
+    two = {"A": PairPath(1, 0, frozenset({"L"})), "B": PairPath(1, 0, frozenset({"L"}))}
+    lf = LinkFactors(params(anti_windup=False, rescale="none"), {"L": 1000.0})
+    lf.set_pairs(two)
+    lf.r["L"] = 100.0                               # below: raised to it too
+    lf.update({"L": 1000.0}, full_is_equilibrium=True)
+    assert lf.r["L"] == pytest.approx(450)
+    lf.update({"L": 500.0}, full_is_equilibrium=True)    # not full: Eq. 27
+    assert lf.r["L"] == pytest.approx(450 * math.exp(0.1 * (1 - 500 / 900)))

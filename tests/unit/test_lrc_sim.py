@@ -15,7 +15,7 @@ from experiments.lrcsim.engine import Run, fill
 from experiments.lrcsim.report import summarize
 from experiments.lrcsim.scenario import ScenarioError, load, parse
 
-PAPER = {"alpha": 2.0, "beta": 2.0, "rescale": "none", "anti_windup": False}
+PAPER = {"alpha": 2.0, "beta": 2.0, "rescale": "none", "anti_windup": False, "saturation": None}
 
 
 def test_eq7_on_a_single_bottleneck_within_1pct():
