@@ -17,6 +17,10 @@ Kinds (``bwfabric experiment lrc-KIND``):
 - ``combined`` (combined mode, prio queues): X, Y, Z with guarantees, an
   adversarial W (UDP flood at the link rate plus 8 connections): every
   pair's BG over its B_i, spare shared by weight.
+- ``failsafe`` (paper mode): X and Y at 30 % of μC each; the controller is
+  stopped at 10 s and started again at 25 s. The pair limits in force are
+  read from the senders' kernels (HTB classes) every 0.2 s: held for
+  ``hold_s``, B_i after ``fallback_s``, and Σ limits / μC after the restart.
 
 Every kind reports the controller's measured delay (port statistics asked
 -> the agent's reply with that round's factors) from ``/metrics``.
@@ -47,6 +51,7 @@ KINDS = {
     "fig7": "paper mode: X one connection, Y's UDP sweeps 0 -> μC",
     "table1": "paper mode: weights 1:1, 1:2, 1:4, 1:8",
     "combined": "combined mode: three tenants and an adversarial one",
+    "failsafe": "paper mode: the controller stopped for 15 s and restarted: limits held, B_i, no spike",
 }
 
 
@@ -93,8 +98,8 @@ def delay_from_metrics(text: str) -> float | None:
 
 
 class Run:
-    def __init__(self, cfg: Config, out_dir: Path, fab: Fabric, api):
-        self.cfg, self.out_dir, self.fab, self.api = cfg, out_dir, fab, api
+    def __init__(self, cfg: Config, out_dir: Path, fab: Fabric, api, ctl=None):
+        self.cfg, self.out_dir, self.fab, self.api, self.ctl = cfg, out_dir, fab, api, ctl
         self.log = RunLog()
         self.snapshots: list = []
 
@@ -240,7 +245,68 @@ def _combined(run: Run) -> dict:
                         "rate_over_ideal": {s: (per[s]["bg"] + per[s]["wc"]) / ideal[s] for s in SENDERS}}}
 
 
-RUNNERS = {"calibrate": _calibrate, "fig6": _fig6, "fig7": _fig7, "table1": _table1, "combined": _combined}
+def pair_class_rates(text: str) -> dict[str, float]:
+    """``tc class show`` -> Mb/s of each LRC pair class (1:100-1:2ff)."""
+    out = {}
+    for m in re.finditer(r"class htb 1:([0-9a-f]+) [^\n]*?rate (\d+(?:\.\d+)?)([KMG]?)bit", text):
+        minor = int(m.group(1), 16)
+        if 0x100 <= minor < 0x300:
+            out[f"1:{m.group(1)}"] = float(m.group(2)) * {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}[m.group(3)]
+    return out
+
+
+def _failsafe(run: Run) -> dict:
+    import threading
+    cfg = run.cfg
+    g = 0.3 * cfg.mu_c
+    run.tenants({"x": tenant("s1", g), "y": tenant("s2", g)})
+    samples: list = []
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def sample():
+        while not stop.wait(0.2):
+            row = {"t": round(time.monotonic() - t0, 2)}
+            for h in ("s1", "s2"):
+                row[h] = sum(pair_class_rates(run.fab.run_in(h, "tc", "class", "show", "dev", f"{h}-eth0").stdout)
+                             .values())
+            samples.append(row)
+    events = {}
+
+    def scenario(traffic: Traffic) -> None:
+        traffic.bulk("s1", 40)
+        traffic.bulk("s2", 40, conns=4)
+        time.sleep(10)
+        events["stop"] = round(time.monotonic() - t0, 2)
+        run.ctl.stop()
+        time.sleep(15)
+        events["start"] = round(time.monotonic() - t0, 2)
+        run.ctl.restart()
+        time.sleep(15)
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    rates = run.measure(scenario)
+    stop.set()
+    th.join(2)
+    lp = run.ctl.config_file
+    from controller import config as C
+    lrc = C.load(lp).cfg.lrc
+
+    def window(a, b):
+        return [r["s1"] + r["s2"] for r in samples if a <= r["t"] < b]
+    before = window(events["stop"] - 3, events["stop"])
+    held = window(events["stop"], events["stop"] + lrc.hold_s)
+    fallen = window(events["stop"] + lrc.fallback_s + 1, events["start"])
+    after = window(events["start"], events["start"] + 10)
+    return {"guarantee_mbps": g, "events_s": events, "limits": samples, "rates": rates,
+            "verdict": {"sum_limits_before_over_muC": sum(before) / len(before) / cfg.mu_c if before else None,
+                        "held_min_over_before": min(held) / (sum(before) / len(before)) if held and before else None,
+                        "fallen_over_sum_B": (sum(fallen) / len(fallen)) / (2 * g) if fallen else None,
+                        "peak_after_restart_over_muC": max(after) / cfg.mu_c if after else None}}
+
+
+RUNNERS = {"calibrate": _calibrate, "fig6": _fig6, "fig7": _fig7, "table1": _table1, "combined": _combined,
+           "failsafe": _failsafe}
 
 
 def run(cfg: Config, out_dir: Path) -> dict:
@@ -260,10 +326,10 @@ def run(cfg: Config, out_dir: Path) -> dict:
     hosts = [*SENDERS, *PAIR.values()]
     report: dict = {"config": asdict(cfg), "kind": cfg.kind}
     with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, queues="tc", wc_aqm=combined) as fab, \
-            Agents(fab, out_dir / "agents", hosts), ControllerProcess(conf, out_dir / "controller.log"):
+            Agents(fab, out_dir / "agents", hosts), ControllerProcess(conf, out_dir / "controller.log") as ctl:
         fab.wait_routes(60)
         api = configs.ApiClient.from_config(conf)
-        bench = Run(cfg, out_dir, fab, api)
+        bench = Run(cfg, out_dir, fab, api, ctl)
         report.update(RUNNERS[cfg.kind](bench))
         report["lrc_midrun"] = bench.snapshots
         report["warnings"] = list(fab.warnings)
