@@ -153,10 +153,12 @@ class LinkFactors:
     def equilibrium(self, links: set) -> dict:
         """The factors at which the pairs crossing ``links`` fill them
         together (weighted max-min with the guarantees as floors, at μC:
-        progressive filling); a link none of whose pairs rises above its
-        guarantee keeps no entry."""
-        from controller.maxmin import weighted_max_min
+        progressive filling, compiled -- :mod:`apps.lrc._kernels`); a link
+        none of whose pairs rises above its guarantee keeps no entry."""
+        from apps.lrc._kernels import waterfill
         pairs = sorted({q for link in links for q in self.members[link]}, key=repr)
+        order = sorted(links, key=repr)
+        index = {link: i for i, link in enumerate(order)}
         paths = [[link for link in self.pairs[q].links if link in links] for q in pairs]
         # a pair's other links hold it at w·(their least factor), at least its guarantee
         caps = []
@@ -164,9 +166,9 @@ class LinkFactors:
             pp = self.pairs[q]
             others = [self.r[o] for o in pp.links if o not in links and o in self.r]
             caps.append(max(pp.guarantee_mbps, pp.weight * min(others)) if others else math.inf)
-        rates = weighted_max_min(paths, {link: self.mu_c(link) for link in links},
-                                 [self.pairs[q].weight for q in pairs], [self.pairs[q].guarantee_mbps for q in pairs],
-                                 caps)
+        rates = waterfill([[index[link] for link in path] for path in paths],
+                          [self.pairs[q].weight for q in pairs], [self.pairs[q].guarantee_mbps for q in pairs], caps,
+                          [self.mu_c(link) for link in order])
         out: dict = {}
         for q, path, rate, cap in zip(pairs, paths, rates, caps):
             pp = self.pairs[q]

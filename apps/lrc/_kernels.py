@@ -1,0 +1,156 @@
+"""Compiled weighted max-min with floors and caps (numba), for LRC's
+joint equilibrium of full links at the controller (every τ_r) and for the
+flow-level simulators. The plain reference is
+:func:`controller.maxmin.weighted_max_min`; the tests hold the two equal."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def waterfill_csr(ptr, links, w, b, d, cap):
+    """Weighted max-min with floors and caps: rate_i = min(d_i, max(b_i,
+    w_i·x)) with x rising per bottleneck. Flows are CSR rows
+    (``links[ptr[i]:ptr[i+1]]``); every round fixes every link whose level
+    is the least among the links its flows cross, and every flow whose cap
+    is below that least level (the parallel form of progressive filling:
+    exact)."""
+    n = ptr.shape[0] - 1
+    n_links = cap.shape[0]
+    rate = np.zeros(n)
+    frozen = np.zeros(n, dtype=np.bool_)
+    frozen_load = np.zeros(n_links)
+    # links -> flows (CSR)
+    count = np.zeros(n_links + 1, dtype=np.int64)
+    for e in range(ptr[n]):
+        count[links[e] + 1] += 1
+    for l_ in range(n_links):
+        count[l_ + 1] += count[l_]
+    lflows = np.empty(ptr[n], dtype=np.int64)
+    fill = count[:-1].copy()
+    for i in range(n):
+        for e in range(ptr[i], ptr[i + 1]):
+            lflows[fill[links[e]]] = i
+            fill[links[e]] += 1
+    left = 0
+    for i in range(n):
+        if ptr[i + 1] == ptr[i]:
+            frozen[i] = True          # no fabric link: the caller sets its rate
+        elif d[i] <= b[i]:
+            frozen[i] = True          # held below its floor by its cap
+            rate[i] = d[i]
+            for e in range(ptr[i], ptr[i + 1]):
+                frozen_load[links[e]] += d[i]
+        else:
+            left += 1
+    level = np.full(n_links, np.inf)
+    bp = np.empty(n)
+    for i in range(n):
+        bp[i] = b[i] / w[i]
+    for l_ in range(n_links):             # each link's flows by breakpoint b/w, once
+        lo, hi = count[l_], count[l_ + 1]
+        if hi - lo > 1:
+            seg = lflows[lo:hi].copy()
+            order = np.argsort(bp[seg])
+            for q in range(hi - lo):
+                lflows[lo + q] = seg[order[q]]
+    while left > 0:
+        for l_ in range(n_links):
+            lo, hi = count[l_], count[l_ + 1]
+            btot = 0.0
+            m = 0
+            for k in range(lo, hi):
+                f = lflows[k]
+                if not frozen[f]:
+                    m += 1
+                    btot += b[f]
+            if m == 0:
+                level[l_] = np.inf
+                continue
+            rem = cap[l_] - frozen_load[l_]
+            if btot >= rem:
+                level[l_] = 0.0       # the floors alone fill it
+                continue
+            # load(x) = Σ_{bp <= x} w·x + Σ_{bp > x} b over the unfrozen flows, walked up the breakpoints
+            wsum = 0.0
+            bcum = 0.0
+            x = np.inf
+            k = lo
+            while k < hi:
+                f = lflows[k]
+                k += 1
+                if frozen[f]:
+                    continue
+                wsum += w[f]
+                bcum += b[f]
+                cand = (rem - (btot - bcum)) / wsum
+                nxt = np.inf
+                while k < hi and frozen[lflows[k]]:
+                    k += 1
+                if k < hi:
+                    nxt = bp[lflows[k]]
+                if cand <= nxt:
+                    x = max(cand, bp[f])
+                    break
+            level[l_] = x
+        # a flow's level: its least link's; a link is settled when none of its flows sees a lower one
+        flevel = np.full(n, np.inf)
+        for i in range(n):
+            if not frozen[i]:
+                for e in range(ptr[i], ptr[i + 1]):
+                    if level[links[e]] < flevel[i]:
+                        flevel[i] = level[links[e]]
+        # a flow whose cap comes before every link on its path stops at its cap; the links it crosses
+        # are then decided next round (their levels counted it as still rising)
+        capped = False
+        for i in range(n):
+            if not frozen[i] and d[i] / w[i] <= flevel[i]:
+                rate[i] = d[i]
+                frozen[i] = True
+                left -= 1
+                capped = True
+                for e in range(ptr[i], ptr[i + 1]):
+                    frozen_load[links[e]] += d[i]
+        if capped:
+            continue
+        # decide every settled link on this round's levels first, then freeze
+        settled = np.zeros(n_links, dtype=np.bool_)
+        for l_ in range(n_links):
+            if level[l_] == np.inf:
+                continue
+            ok = True
+            for k in range(count[l_], count[l_ + 1]):
+                f = lflows[k]
+                if not frozen[f] and flevel[f] < level[l_] * (1 - 1e-12):
+                    ok = False
+                    break
+            settled[l_] = ok
+        progressed = False
+        for l_ in range(n_links):
+            if not settled[l_]:
+                continue
+            for k in range(count[l_], count[l_ + 1]):
+                f = lflows[k]
+                if not frozen[f]:
+                    r = max(b[f], w[f] * flevel[f])
+                    rate[f] = r
+                    frozen[f] = True
+                    left -= 1
+                    progressed = True
+                    for e in range(ptr[f], ptr[f + 1]):
+                        frozen_load[links[e]] += r
+        if not progressed:
+            break
+    return rate
+
+
+def waterfill(paths, weights, floors, caps, capacity) -> np.ndarray:
+    """Flows' link-index lists -> rates (the CSR form built here)."""
+    ptr = np.zeros(len(paths) + 1, dtype=np.int64)
+    for i, p in enumerate(paths):
+        ptr[i + 1] = ptr[i] + len(p)
+    links = np.array([x for p in paths for x in p], dtype=np.int64)
+    return waterfill_csr(ptr, links, np.asarray(weights, float), np.asarray(floors, float),
+                         np.asarray(caps, float), np.asarray(capacity, float))
