@@ -270,26 +270,23 @@ class Session:
             self.st.last_error = why
 
 
-def is_bg_class(classid: str) -> bool:
-    """The hose class and the per-destination (pipe) classes carry BG."""
-    if classid == CLASS_BG:
-        return True
+def _in_slots(classid: str, base: int) -> bool:
+    """A class 1:<base + slot> of the planner's per-pair slots."""
     major, _, minor = classid.partition(":")
     try:
-        return major == "1" and PAIR_CLASS_BASE <= int(minor, 16) < PAIR_CLASS_BASE + MAX_PAIRS
+        return major == "1" and base <= int(minor, 16) < base + MAX_PAIRS
     except ValueError:
         return False
+
+
+def is_bg_class(classid: str) -> bool:
+    """The hose class and the per-destination (pipe, LRC) classes carry BG."""
+    return classid == CLASS_BG or _in_slots(classid, PAIR_CLASS_BASE)
 
 
 def is_wc_class(classid: str) -> bool:
     """The WC class and LRC's per-pair WC ceilings."""
-    if classid == CLASS_WC:
-        return True
-    major, _, minor = classid.partition(":")
-    try:
-        return major == "1" and WC_PAIR_CLASS_BASE <= int(minor, 16) < WC_PAIR_CLASS_BASE + MAX_PAIRS
-    except ValueError:
-        return False
+    return classid == CLASS_WC or _in_slots(classid, WC_PAIR_CLASS_BASE)
 
 
 def _rate(before: dict, after: dict, dt: float, which) -> float | None:

@@ -56,3 +56,18 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
+
+
+def put_tenants(api, want: dict[str, dict], unmanaged=()) -> float:
+    """Make the controller's tenants ``want`` through its API (delete the
+    others, put the changed ones) and wait until every managed host's agent
+    has its configuration in force; returns the seconds that took."""
+    from experiments.agents import wait_in_force
+    now = api.get("/v1/tenants")["tenants"]
+    for name in sorted(set(now) - set(want)):
+        api.delete(f"/v1/tenants/{name}")
+    for name, tenant in sorted(want.items()):
+        if now.get(name) != tenant:
+            api.put(f"/v1/tenants/{name}", tenant)
+    hosts = [vm["host"] for t in want.values() for vm in t["vms"].values() if vm["host"] not in unmanaged]
+    return wait_in_force(api, hosts)

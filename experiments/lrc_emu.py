@@ -36,7 +36,7 @@ from pathlib import Path
 
 from experiments import configs
 from experiments import results as R
-from experiments.agents import Agents, BpfLoaded, wait_in_force
+from experiments.agents import Agents, BpfLoaded
 from experiments.bgwc.measure import RunLog, Traffic, measured, window_mean
 from experiments.bgwc.testbed import PAIR, SENDERS
 from experiments.bgwc.testbed import Config as BgwcConfig
@@ -104,14 +104,7 @@ class Run:
         self.snapshots: list = []
 
     def tenants(self, want: dict[str, dict]) -> float:
-        now = self.api.get("/v1/tenants")["tenants"]
-        for name in sorted(set(now) - set(want)):
-            self.api.delete(f"/v1/tenants/{name}")
-        for name, t in sorted(want.items()):
-            if now.get(name) != t:
-                self.api.put(f"/v1/tenants/{name}", t)
-        hosts = [vm["host"] for t in want.values() for vm in t["vms"].values()]
-        return wait_in_force(self.api, hosts)
+        return configs.put_tenants(self.api, want)
 
     def measure(self, scenario) -> list[dict]:
         import threading
@@ -152,42 +145,43 @@ def _calibrate(run: Run) -> dict:
             "mu_measured": mean / cfg.link_mbps}
 
 
-def _fig6(run: Run) -> dict:
+def _x_against_y(run: Run, variants, start_y, key: str) -> list[dict]:
+    """X (S1, one connection) and Y (S2, ``start_y(traffic, variant)``),
+    each guaranteed 0.45 μC: one run per variant."""
     cfg = run.cfg
     g = 0.45 * cfg.mu_c
     run.tenants({"x": tenant("s1", g), "y": tenant("s2", g)})
     rows = []
-    for n in cfg.flows:
-        def scenario(traffic: Traffic, n: int = n) -> None:
+    for v in variants:
+        def scenario(traffic: Traffic, v=v) -> None:
             traffic.bulk("s1", cfg.duration)
-            traffic.bulk("s2", cfg.duration, conns=n)
+            start_y(traffic, v)
             time.sleep(cfg.duration)
         rates = run.measure(scenario)
         x, y = (_total(rates, s, cfg.settle_s, cfg.duration) for s in ("s1", "s2"))
-        rows.append({"y_connections": n, "x_mbps": x, "y_mbps": y, "x_of_guarantee": x / g,
-                     "link_of_muC": (x + y) / cfg.mu_c, "rates": rates, "delay_s": run.delay()})
-    return {"guarantee_mbps": g, "rows": rows,
+        rows.append({key: v, "x_mbps": x, "y_mbps": y, "x_of_guarantee": x / g, "link_of_muC": (x + y) / cfg.mu_c,
+                     "rates": rates, "delay_s": run.delay()})
+    return rows
+
+
+def _fig6(run: Run) -> dict:
+    cfg = run.cfg
+    rows = _x_against_y(run, cfg.flows, lambda traffic, n: traffic.bulk("s2", cfg.duration, conns=n),
+                        "y_connections")
+    return {"guarantee_mbps": 0.45 * cfg.mu_c, "rows": rows,
             "verdict": {"min_x_of_guarantee": min(r["x_of_guarantee"] for r in rows),
                         "x_of_guarantee_at_16": rows[-1]["x_of_guarantee"]}}
 
 
 def _fig7(run: Run) -> dict:
     cfg = run.cfg
-    g = 0.45 * cfg.mu_c
-    run.tenants({"x": tenant("s1", g), "y": tenant("s2", g)})
-    rows = []
-    for level in cfg.udp_levels:
-        def scenario(traffic: Traffic, level: float = level) -> None:
-            traffic.bulk("s1", cfg.duration)
-            traffic.bulk("s2", cfg.duration)
-            if level > 0:
-                traffic.udp("s2", level * cfg.mu_c, cfg.duration)
-            time.sleep(cfg.duration)
-        rates = run.measure(scenario)
-        x, y = (_total(rates, s, cfg.settle_s, cfg.duration) for s in ("s1", "s2"))
-        rows.append({"y_udp_of_muC": level, "x_mbps": x, "y_mbps": y, "x_of_guarantee": x / g,
-                     "link_of_muC": (x + y) / cfg.mu_c, "rates": rates, "delay_s": run.delay()})
-    return {"guarantee_mbps": g, "rows": rows,
+
+    def start_y(traffic: Traffic, level: float) -> None:
+        traffic.bulk("s2", cfg.duration)
+        if level > 0:
+            traffic.udp("s2", level * cfg.mu_c, cfg.duration)
+    rows = _x_against_y(run, cfg.udp_levels, start_y, "y_udp_of_muC")
+    return {"guarantee_mbps": 0.45 * cfg.mu_c, "rows": rows,
             "verdict": {"min_x_of_guarantee": min(r["x_of_guarantee"] for r in rows),
                         "min_link_of_muC": min(r["link_of_muC"] for r in rows)}}
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from controller.contract import TOS_BG
-from experiments.agents import wait_in_force
+from experiments import configs
 from experiments.bgwc.measure import RunLog, Traffic, measured, share_error, window_mean
 from experiments.bgwc.testbed import (FIG14_GUARANTEE, PAIR, SENDERS, TABLE3_ROWS, Config)
 from experiments.fabric import Fabric
@@ -35,15 +35,7 @@ class Bench:
         """The senders' tenants through the controller's API (each sender and
         its receiver one tenant); waits until every agent has it in force."""
         want = pair_tenants(self.cfg, guarantees, policy, explicit, wc_subflows)
-        now = self.api.get("/v1/tenants")["tenants"]
-        for name in sorted(set(now) - set(want)):
-            self.api.delete(f"/v1/tenants/{name}")
-        for name, tenant in sorted(want.items()):
-            if now.get(name) != tenant:
-                self.api.put(f"/v1/tenants/{name}", tenant)
-        hosts = [h for t in want.values() for h in (vm["host"] for vm in t["vms"].values())
-                 if h not in self.unmanaged]
-        self.config_waits.append(wait_in_force(self.api, hosts))
+        self.config_waits.append(configs.put_tenants(self.api, want, self.unmanaged))
 
 
 def pair_tenants(cfg: Config, guarantees: dict[str, float], policy: str = "guarantee",

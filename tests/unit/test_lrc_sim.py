@@ -100,18 +100,25 @@ def test_scenario_numbers_refused_by_name(key, value):
         parse({**base, key: value})
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.integers(0, 10**6))
-def test_fig11_waterfill_is_weighted_max_min_with_guarantees(seed):
-    """The shuffle simulator's compiled filling against controller.maxmin's
-    (an independent, plain implementation)."""
-    from experiments.lrcsim.shuffle import waterfill
+def _instance(seed: int):
+    """Random links, paths over them, weights, floors (half the flows) and caps (0.4 of them)."""
     rng = np.random.default_rng(seed)
     nl, nf = int(rng.integers(1, 7)), int(rng.integers(1, 12))
     cap = rng.uniform(100, 1000, nl)
     paths = [sorted(rng.choice(nl, int(rng.integers(1, min(4, nl) + 1)), replace=False).tolist()) for _ in range(nf)]
     w = rng.uniform(0.2, 4, nf)
     b = np.where(rng.random(nf) < 0.5, rng.uniform(0, 60, nf), 0.0)
+    d = np.where(rng.random(nf) < 0.4, rng.uniform(1, 300, nf), math.inf)
+    return nl, cap, paths, w, b, d
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**6))
+def test_fig11_waterfill_is_weighted_max_min_with_guarantees(seed):
+    """The shuffle simulator's compiled filling against controller.maxmin's
+    (an independent, plain implementation)."""
+    from experiments.lrcsim.shuffle import waterfill
+    nl, cap, paths, w, b, _ = _instance(seed)
     got = waterfill(paths, w, b, cap)
     want = weighted_max_min(paths, dict(enumerate(cap)), list(w), list(b))
     assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
@@ -133,3 +140,15 @@ def test_fig11_small_run_orders_the_schemes():
     for s, t in res.items():
         assert sorted(t) == list(range(20)), s
     assert sum(res["lrc"].values()) < sum(res["reservation"].values())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**6))
+def test_compiled_waterfill_with_caps_is_the_reference(seed):
+    """apps.lrc._kernels (the controller's full-link equilibrium) against
+    controller.maxmin.weighted_max_min, caps below and above the floors."""
+    from apps.lrc._kernels import waterfill
+    _, cap, paths, w, b, d = _instance(seed)
+    got = waterfill(paths, w, b, d, cap)
+    want = weighted_max_min(paths, dict(enumerate(cap)), list(w), list(b), list(d))
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
