@@ -80,6 +80,7 @@ class Agent:
         self.lrc_in_force: dict = {}         # the pair limits the kernel has (peer -> PairLimit)
         self.lrc_slots: dict = {}            # their slots, read back after the last full apply
         self.lrc_a_l: float | None = None    # the WC competition level LRC set (combined mode), in force
+        self.lrc_seen: dict = {}             # conntrack byte counts at the last round (who sends what)
         self.lrc_repairs = 0
         self.lock = threading.Lock()
 
@@ -152,7 +153,7 @@ class Agent:
             lrc = self.lrc
             entries = read_conntrack() if entries is None else entries
             active = active_peers(entries, self.config.address, lrc.policy.peers, lrc.policy.params.pair_idle_s,
-                                  Timeouts.read())
+                                  Timeouts.read(), self.lrc_seen)
             lrc.observe(active, now)
             lrc.step(now)
             want = lrc.limits(now)

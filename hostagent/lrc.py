@@ -1,7 +1,10 @@
 """LRC at the host: which VM-pairs are open, their guarantees, v and limits.
 
-- A pair (this VM -> a peer of its tenant) is open while any connection or
-  UDP flow between the two has carried a packet within ``pair_idle_s``.
+- A pair (this VM -> a peer of its tenant) is open while this VM has sent
+  on a connection or UDP flow to that peer within ``pair_idle_s`` --
+  sent data, not only ACKs: with LRC the agent turns on conntrack's byte
+  counters (nf_conntrack_acct), and a round counts when this VM sent at
+  least 1500 bytes and a tenth of what the peer sent.
   The kernel says so: a conntrack entry's remaining timeout is refreshed on
   every packet, so "full timeout − remaining" is how long it has been idle
   (:func:`active_peers`; ESTABLISHED TCP and UDP, either direction). An
@@ -40,13 +43,26 @@ IPS_ASSURED = 1 << 2
 
 @dataclass(frozen=True)
 class Entry:
-    """One conntrack entry, as much of it as LRC reads."""
+    """One conntrack entry, as much of it as LRC reads (bytes per direction
+    only with nf_conntrack_acct)."""
     saddr: str
     daddr: str
     proto: int
     tcp_established: bool
     assured: bool
     timeout_s: int
+    sport: int = 0
+    dport: int = 0
+    orig_bytes: int | None = None
+    reply_bytes: int | None = None
+
+    @property
+    def key(self) -> tuple:
+        return (self.proto, self.saddr, self.sport, self.daddr, self.dport)
+
+
+SENDING_MIN_BYTES = 1500       # per round, at least this much of our own...
+SENDING_SHARE = 0.1            # ...and a tenth of what the peer sent: ACKs alone (~3 %) do not make a pair
 
 
 @dataclass(frozen=True)
@@ -68,19 +84,33 @@ class Timeouts:
                    one("nf_conntrack_udp_timeout_stream", 120), one("nf_conntrack_tcp_timeout_unacknowledged", 300))
 
 
-def active_peers(entries, address: str, peers, idle_s: float, timeouts: Timeouts) -> set[str]:
-    """Peers with an entry to or from ``address`` idle for at most ``idle_s``."""
+def active_peers(entries, address: str, peers, idle_s: float, timeouts: Timeouts,
+                 seen: dict | None = None) -> set[str]:
+    """Peers this VM sends to: an entry to or from ``address`` idle for at
+    most ``idle_s`` -- and, when the kernel counts bytes (``seen`` keeps
+    each entry's last counts between calls), one on which this VM sent at
+    least ``SENDING_MIN_BYTES`` and a tenth of what the peer sent since the
+    last call (a receiver's ACKs are about 3 % of the data: not a pair)."""
     peers = set(peers)
     out = set()
+    counted: dict = {}
     for e in entries:
         if e.saddr == address:
-            other = e.daddr
+            other, mine, theirs = e.daddr, e.orig_bytes, e.reply_bytes
         elif e.daddr == address:
-            other = e.saddr
+            other, mine, theirs = e.saddr, e.reply_bytes, e.orig_bytes
         else:
             continue
         if other not in peers:
             continue
+        if seen is not None and mine is not None and theirs is not None:
+            counted[e.key] = (mine, theirs)
+            before = seen.get(e.key)
+            if before is None:
+                continue                    # first sight: no delta yet
+            d_mine, d_theirs = mine - before[0], theirs - before[1]
+            if d_mine < max(SENDING_MIN_BYTES, SENDING_SHARE * d_theirs):
+                continue
         if e.proto == TCP and e.tcp_established:
             # refreshed to the established timeout, or to the unacknowledged one while data is in flight
             full = timeouts.tcp_unacknowledged if e.timeout_s <= timeouts.tcp_unacknowledged \
@@ -91,6 +121,9 @@ def active_peers(entries, address: str, peers, idle_s: float, timeouts: Timeouts
             continue
         if full - e.timeout_s <= idle_s:
             out.add(other)
+    if seen is not None:
+        seen.clear()
+        seen.update(counted)
     return out
 
 
@@ -116,7 +149,11 @@ def parse_proc_conntrack(text: str) -> list[Entry]:
         dst = next((x[4:] for x in f if x.startswith("dst=")), None)
         if src is None or dst is None:
             continue
-        out.append(Entry(src, dst, proto, proto == TCP and f[5] == "ESTABLISHED", "[ASSURED]" in f, timeout))
+        ports = [int(x[6:]) for x in f if x.startswith(("sport=", "dport=")) and x[6:].isdigit()]
+        counts = [int(x[6:]) for x in f if x.startswith("bytes=") and x[6:].isdigit()]
+        out.append(Entry(src, dst, proto, proto == TCP and f[5] == "ESTABLISHED", "[ASSURED]" in f, timeout,
+                         *(ports[:2] if len(ports) >= 2 else (0, 0)),
+                         *(counts[:2] if len(counts) >= 2 else (None, None))))
     return out
 
 

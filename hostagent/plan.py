@@ -393,7 +393,9 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # to send 30-77 % of their busy time)
             Sysctl("net.ipv4.tcp_wmem", f"{buf} {buf} {buf}"),
             *([Sysctl("net.ipv4.tcp_rto_min_us", str(round(cfg.rto_min_ms * 1000)))]
-              if cfg.rto_min_ms is not None else [])]
+              if cfg.rto_min_ms is not None else []),
+            # LRC: conntrack counts bytes per direction, so a pair is one this VM sends on (not its ACKs)
+            *([Sysctl("net.netfilter.nf_conntrack_acct", "1")] if cfg.vm.lrc is not None else [])]
 
 
 def mptcp_plan(cfg: HostConfig) -> list[MptcpLimits | MptcpEndpoint]:

@@ -255,23 +255,28 @@ def lrc_pairs(tmp: Path) -> dict:
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
-    def poke(*dsts):
+    def poke(*dsts):            # 2 x 1400 bytes each: above what counts as sending in one round
         for d in dsts:
-            try:
-                sock.sendto(b"x" * 100, (d, 9))
-            except OSError:
-                pass
+            for _ in range(2):
+                try:
+                    sock.sendto(b"x" * 1400, (d, 9))
+                except OSError:
+                    pass
+
+    def sending(*dsts):         # the agent compares byte counts between rounds: two rounds with traffic
+        poke(*dsts)
+        a.lrc_round()
+        poke(*dsts)
+        return a.lrc_round()
 
     snap("quiet", a.lrc_round())
-    poke("10.9.0.2")
-    snap("one_pair", a.lrc_round())
+    snap("one_pair", sending("10.9.0.2"))
     with a.lock:
         reply = a._dispatch("rates", {"generation": 0, "factors": {"10.9.0.2": [30.0, 2.0, 40.0]}})
     out["rates_reply"] = reply
     poke("10.9.0.2")
     snap("factor", a.lrc_round())
-    poke("10.9.0.2", "10.9.0.3")
-    snap("two_pairs", a.lrc_round())
+    snap("two_pairs", sending("10.9.0.2", "10.9.0.3"))
     # the rates-only path, timed: the factor moves every round
     times, dids = [], []
     for k in range(100):

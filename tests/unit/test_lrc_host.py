@@ -155,7 +155,28 @@ def test_proc_conntrack_text_parsed():
             "ipv6     10 tcp      6 300 ESTABLISHED src=::1 dst=::1 sport=1 dport=2\n"
             "garbage line\nipv4 2 tcp 6 x ESTABLISHED src=1 dst=2\n")
     got = parse_proc_conntrack(text)
-    assert got == [Entry("10.9.0.1", "10.9.0.2", 17, False, False, 29),
-                   Entry("10.9.0.1", "10.9.0.3", 6, True, True, 431999),
-                   Entry("10.9.0.1", "10.9.0.4", 6, False, False, 119)]
+    assert got == [Entry("10.9.0.1", "10.9.0.2", 17, False, False, 29, 44052, 9),
+                   Entry("10.9.0.1", "10.9.0.3", 6, True, True, 431999, 5, 80),
+                   Entry("10.9.0.1", "10.9.0.4", 6, False, False, 119, 59930, 80)]
     assert active_peers(got, "10.9.0.1", {"10.9.0.2", "10.9.0.3", "10.9.0.4"}, 2.0, T) == {"10.9.0.2", "10.9.0.3"}
+    # with nf_conntrack_acct: packets= and bytes= per direction
+    acct = ("ipv4     2 tcp      6 299 ESTABLISHED src=10.0.0.1 dst=10.0.0.5 sport=56760 dport=7100 packets=9000 "
+            "bytes=13000000 src=10.0.0.5 dst=10.0.0.1 sport=7100 dport=56760 packets=4500 bytes=234000 [ASSURED] "
+            "mark=0 zone=0 use=4\n")
+    e = parse_proc_conntrack(acct)[0]
+    assert (e.orig_bytes, e.reply_bytes, e.key) == (13_000_000, 234_000, (6, "10.0.0.1", 56760, "10.0.0.5", 7100))
+
+
+def test_a_pair_is_what_this_vm_sends_on_not_its_acks():
+    def entries(sent, acks):      # we send data to .2 on a connection we opened; .3 sends data to us
+        return [Entry(ME, "10.0.0.2", 6, True, True, 299, 1000, 80, sent, acks),
+                Entry("10.0.0.3", ME, 6, True, True, 299, 2000, 80, 10 * sent, acks)]
+    seen: dict = {}
+    peers = {"10.0.0.2", "10.0.0.3"}
+    assert active_peers(entries(10_000, 300), ME, peers, 2.0, T, seen) == set()          # first sight: no delta
+    # we sent 1 MB to .2 (its ACKs: 30 kB); .3 sent 10 MB to us and got 30 kB of our ACKs: not a pair of ours
+    assert active_peers(entries(1_010_000, 30_300), ME, peers, 2.0, T, seen) == {"10.0.0.2"}
+    assert active_peers(entries(1_010_000, 30_300), ME, peers, 2.0, T, seen) == set()    # nothing moved
+    # without byte counts (acct off): the idle rule alone, both directions
+    bare = [Entry(ME, "10.0.0.2", 6, True, True, 299), Entry("10.0.0.3", ME, 6, True, True, 299)]
+    assert active_peers(bare, ME, peers, 2.0, T, {}) == {"10.0.0.2", "10.0.0.3"}
