@@ -82,8 +82,8 @@ class LrcParams(StrictModel):
     feedback_delay_s: float = Field(0.2, ge=0, le=10, description="the controller's estimate of the delay from "
                                     "the end of a port-statistics interval to the factor at the host (its model "
                                     "of the hosts' v applies factors this late)")
-    pair_idle_s: float = Field(2.0, ge=0, le=3600, description="an agent closes a VM-pair this long after its "
-                               "last connection closed (short flows do not churn the pairs)")
+    pair_idle_s: float = Field(2.0, ge=0, le=3600, description="an agent closes a VM-pair this long after the "
+                               "VM last sent to that peer (short flows do not churn the pairs)")
     hold_s: float = Field(1.0, gt=0, le=3600, description="an agent without a fresh factor for this long holds "
                           "its limits...")
     fallback_s: float = Field(5.0, gt=0, le=3600, description="...and after this long falls back to B_i")
