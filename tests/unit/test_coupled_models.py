@@ -1,0 +1,125 @@
+"""The coupled congestion controls' reference models (issue #23) against
+hand-derived windows."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hostagent.coupled_models import Lia, LiaVm, ModelError, MptcpD
+
+
+def primed(model, rtts: dict, cwnd: float = 10.0):
+    """Subflows in congestion avoidance with their sRTT/RTT already at ``rtts``."""
+    for r, rtt in rtts.items():
+        model.add(r, cwnd)
+        s = model.subflows[r]
+        s.ssthresh, s.srtt, s.rtt, s.min_rtt, s.samples = 0.0, rtt, rtt, rtt, 1
+    return model
+
+
+def test_lia_alpha_and_increase_by_hand():
+    m = primed(Lia(), {"a": 0.01, "b": 0.02})
+    # α = w_total·max(w/rtt²)/(Σ w/rtt)² = 20·(10/1e-4)/(1000 + 500)² = 2e6/2.25e6
+    assert m.alpha() == pytest.approx(2e6 / 2.25e6)
+    # per ACK: min(α/w_total, 1/w_r) = min(0.8889/20, 0.1)
+    assert m.on_ack("a", 0.01) == pytest.approx(10 + (2e6 / 2.25e6) / 20)
+
+
+def test_lia_alone_is_reno_and_slow_start_adds_one():
+    m = primed(Lia(), {"a": 0.05})
+    assert m.alpha() == pytest.approx(1.0)
+    assert m.on_ack("a", 0.05) == pytest.approx(10 + 1 / 10)
+    s = Lia()
+    s.add("a", 4)
+    assert s.on_ack("a", 0.01) == 5                       # below ssthresh (inf)
+    s.on_loss("a")
+    assert s.windows()["a"] == 2.5 and s.subflows["a"].ssthresh == 2.5
+
+
+def test_srtt_is_an_ewma_with_gamma_7_8():
+    m = Lia()
+    m.add("a")
+    m.on_ack("a", 0.010)
+    m.on_ack("a", 0.018)
+    assert m.subflows["a"].srtt == pytest.approx(7 / 8 * 0.010 + 1 / 8 * 0.018)
+
+
+def test_mptcp_d_increase_by_hand():
+    m = primed(MptcpD(ese=False), {"a": 0.01, "b": 0.02})
+    denom = (10 / 0.01 + 10 / 0.02) ** 2
+    assert m.psi("b") == pytest.approx(0.5)
+    assert m.on_ack("a", 0.01) == pytest.approx(10 + (1.0 * 10 / 0.01 ** 2) / denom)
+    m2 = primed(MptcpD(ese=False), {"a": 0.01, "b": 0.02})
+    assert m2.on_ack("b", 0.02) == pytest.approx(10 + (0.5 * 10 / 0.02 ** 2) / denom)
+
+
+def test_ese_closes_a_second_subflow_on_the_same_bottleneck_only():
+    m = primed(MptcpD(), {"a": 0.01, "b": 0.01, "c": 0.01, "d": 0.01})
+    m.on_ack("a", 0.014)                 # > 1.3 x base: TRIG, the reference 14 ms
+    assert m.trig and m.ref_rtt == 0.014 and m.closed_by_ese == []
+    m.on_ack("c", 0.020)                 # inflated too, but 6 ms from the reference: another bottleneck
+    m.on_ack("d", 0.012)                 # not inflated (< 13 ms)
+    m.on_ack("b", 0.0145)                # inflated, within 0.1 x base (1 ms) of the reference: shared
+    assert m.closed_by_ese == ["b"] and m.subflows["b"].closed
+    with pytest.raises(ModelError, match="closed"):
+        m.on_ack("b", 0.0145)
+    # the reference subflow itself is never closed
+    m.on_ack("a", 0.0141)
+    assert "a" not in m.closed_by_ese
+
+
+def test_ese_candidates_are_a_subflows_first_samples():
+    m = primed(MptcpD(candidates=3), {"a": 0.01, "b": 0.01})
+    m.on_ack("a", 0.014)
+    for _ in range(3):
+        m.on_ack("b", 0.010)             # b's samples 2, 3, 4: past its first 3
+    m.on_ack("b", 0.0142)
+    assert m.closed_by_ese == []
+
+
+def test_lia_vm_ignores_a_descheduled_period():
+    vm, plain = primed(LiaVm(), {"a": 0.001, "b": 0.001}), primed(Lia(), {"a": 0.001, "b": 0.001})
+    # α = 20·(10/1e-6)/(2·10/0.001)² = 0.5; the ACK adds min(0.5/20, 0.1)
+    assert vm.on_ack("a", 0.001, now=0.0) == pytest.approx(10.025)
+    vm.on_ack("a", 0.020, now=0.5)       # 20 x minRTT > θ = 10: off, not congestion
+    plain.on_ack("a", 0.001)
+    plain.on_ack("a", 0.020)
+    assert vm.off_periods == 1
+    assert vm.subflows["a"].srtt == pytest.approx(0.001)                       # Eq. 15: not updated
+    assert plain.subflows["a"].srtt == pytest.approx(7 / 8 * 0.001 + 1 / 8 * 0.020)
+    # the increase used the largest α of the last second (0.5)
+    assert vm.windows()["a"] == pytest.approx(10.025 + 0.5 / 20.025)
+
+
+def test_lia_vm_takes_the_largest_alpha_of_the_last_delta():
+    vm = primed(LiaVm(), {"a": 0.001, "b": 0.001})
+    vm.recent.extend([(0.0, 0.5), (0.9, 0.7)])
+    vm.on_ack("a", 0.05, now=1.0)        # off: max(0.5, 0.7) -- both within 1 s
+    assert vm.windows()["a"] == pytest.approx(10 + 0.7 / 20)
+    before = vm.windows()["a"]
+    vm.recent.clear()
+    vm.recent.extend([(0.0, 0.9), (1.5, 0.6)])
+    vm.on_ack("a", 0.05, now=2.0)        # 0.9 is 2 s old: out of the window before it could count
+    assert [a for _, a in vm.recent] == [0.6]
+    assert vm.windows()["a"] == pytest.approx(before + 0.6 / (before + 10))
+
+
+@given(st.one_of(st.just(float("nan")), st.just(float("inf")), st.floats(max_value=0), st.text(max_size=2),
+                 st.booleans()))
+def test_bad_rtt_refused_by_name(bad):
+    for m in (primed(Lia(), {"a": 0.01}), primed(MptcpD(), {"a": 0.01}), primed(LiaVm(), {"a": 0.01})):
+        with pytest.raises(ModelError, match="rtt"):
+            m.on_ack("a", bad)
+        assert m.windows()["a"] == 10 and m.subflows["a"].srtt == 0.01
+
+
+def test_unknown_subflows_refused():
+    m = Lia()
+    with pytest.raises(ModelError, match="no subflow"):
+        m.on_ack("z", 0.01)
+    m.add("a")
+    with pytest.raises(ModelError, match="exists"):
+        m.add("a")
+    assert math.isinf(m.subflows["a"].ssthresh)
