@@ -123,3 +123,23 @@ def test_unknown_subflows_refused():
     with pytest.raises(ModelError, match="exists"):
         m.add("a")
     assert math.isinf(m.subflows["a"].ssthresh)
+
+
+@given(st.sampled_from(["delay_us", "jitter_us", "on_ms", "off_ms", "off_gap_us"]),
+       st.one_of(st.just(float("nan")), st.just(float("inf")), st.floats(max_value=-1e-9), st.text(max_size=2)))
+def test_delay_line_options_refused_by_name(name, bad):
+    from mininet_topos.delayline import DelayLine, DelayLineError
+    line = DelayLine("xa", "xb", 1000)
+    setattr(line, name, bad)
+    with pytest.raises(DelayLineError, match=name):
+        line.args()
+
+
+def test_delay_line_options_checked_together():
+    from mininet_topos.delayline import DelayLine, DelayLineError
+    with pytest.raises(DelayLineError, match="jitter_us"):
+        DelayLine("xa", "xb", 100, jitter_us=200).args()
+    with pytest.raises(DelayLineError, match="both on_ms and off_ms"):
+        DelayLine("xa", "xb", 100, on_ms=30).args()
+    assert DelayLine("xa", "xb", 100, on_ms=30, off_ms=90).args()[-6:] == ["--on-ms", "30", "--off-ms", "90",
+                                                                          "--off-gap-us", "0"]

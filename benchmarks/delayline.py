@@ -1,0 +1,102 @@
+"""The delay line on one core: UDP at 100 Mb/s each way (1500-byte
+frames) through it, with a one-way delay; prints the rates carried, the
+ping RTT against 2 x delay, and the hold error (when a frame left minus
+when it was due).
+
+    python -m benchmarks.delayline [--delay-us 2000] [--mbps 100] [--seconds 10]
+
+Three namespaces of its own (A, B, and M in the middle running the delay
+line), removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import time
+import uuid
+from contextlib import contextmanager
+
+from mininet_topos.delayline import DelayLine, offloads_off
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, check=check)
+
+
+@contextmanager
+def testbed():
+    """A (10.77.0.1) -- M (delay line between xa and xb) -- B (10.77.0.2)."""
+    tag = uuid.uuid4().hex[:6]
+    a, m, b = f"dlA{tag}", f"dlM{tag}", f"dlB{tag}"
+    try:
+        for ns in (a, m, b):
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", "a0", "netns", a, "type", "veth", "peer", "name", "xa", "netns", m)
+        sh("ip", "link", "add", "b0", "netns", b, "type", "veth", "peer", "name", "xb", "netns", m)
+        sh("ip", "-n", a, "addr", "add", "10.77.0.1/24", "dev", "a0")
+        sh("ip", "-n", b, "addr", "add", "10.77.0.2/24", "dev", "b0")
+        for ns, dev in ((a, "a0"), (b, "b0"), (m, "xa"), (m, "xb")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            offloads_off(dev, ns)
+        for ns in (a, b):
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        yield a, m, b
+    finally:
+        for ns in (a, m, b):
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def ping_rtts(ns: str, dst: str, count: int = 20, interval: float = 0.05) -> list[float]:
+    out = sh("ip", "netns", "exec", ns, "ping", "-c", str(count), "-i", str(interval), dst, check=False).stdout
+    return [float(x) for x in re.findall(r"time=([0-9.]+) ms", out)]
+
+
+def udp_both_ways(a: str, b: str, mbps: float, seconds: float) -> dict:
+    srv = [subprocess.Popen(["ip", "netns", "exec", ns, "iperf3", "-s", "-1", "-p", "5301", "-J"],
+                            stdout=subprocess.PIPE, text=True) for ns in (a, b)]
+    time.sleep(0.5)
+    cl = [subprocess.Popen(["ip", "netns", "exec", src, "iperf3", "-c", dst, "-p", "5301", "-u", "-b", f"{mbps}M",
+                            "-l", "1472", "-t", str(seconds), "-J"], stdout=subprocess.PIPE, text=True)
+          for src, dst in ((a, "10.77.0.2"), (b, "10.77.0.1"))]
+    out = {}
+    for name, p in zip(("a_to_b", "b_to_a"), cl):
+        res = json.loads(p.communicate(timeout=seconds + 30)[0])
+        s = res["end"]["sum"]
+        out[name] = {"mbps": s["bits_per_second"] / 1e6, "lost_percent": s.get("lost_percent")}
+    for p in srv:
+        p.wait(10)
+    return out
+
+
+def run(delay_us: float, mbps: float, seconds: float) -> dict:
+    with testbed() as (a, m, b):
+        line = DelayLine("xa", "xb", delay_us, netns=m).start()
+        time.sleep(0.3)
+        rtts = ping_rtts(a, "10.77.0.2")
+        rates = udp_both_ways(a, b, mbps, seconds)
+        stats = line.stop()
+    return {"delay_us": delay_us, "ping_rtt_ms": {"median": sorted(rtts)[len(rtts) // 2] if rtts else None,
+                                                  "expected": 2 * delay_us / 1e3}, "udp": rates, "line": stats}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--delay-us", type=float, default=2000)
+    ap.add_argument("--mbps", type=float, default=100)
+    ap.add_argument("--seconds", type=float, default=10)
+    args = ap.parse_args()
+    out = run(args.delay_us, args.mbps, args.seconds)
+    print(json.dumps(out, indent=1))
+    for d in ("a_to_b", "b_to_a"):
+        e = out["line"][d]["hold_error_us"]
+        print(f"{d}: {out['udp'][d]['mbps']:.1f} Mb/s carried of {args.mbps:g} offered "
+              f"({out['udp'][d]['lost_percent']} % lost); hold error median {e['median']} us, p99 {e['p99']} us")
+    print(f"ping RTT median {out['ping_rtt_ms']['median']} ms, 2 x delay = {out['ping_rtt_ms']['expected']} ms; "
+          f"the delay line used {out['line']['cpu_cores']} cores (both directions, over the whole run)")
+
+
+if __name__ == "__main__":
+    main()
