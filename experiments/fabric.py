@@ -77,11 +77,16 @@ def _quiet_htb_quantum_warnings() -> None:
 
 class Fabric:
     def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None,
-                 wc_aqm: bool = True):
+                 wc_aqm: bool = True, delays: dict | None = None):
         """``queues``: None, or a BG/WC queue back-end for every switch port
         (``tc`` on userspace OVS; see mininet_topos.queues); ``wc_aqm``:
-        random early drop of WC packets on those ports (tc back-end)."""
+        random early drop of WC packets on those ports (tc back-end);
+        ``delays``: {(a, b): mininet_topos.delayline.DelayLine options
+        (``delay_us``, ``jitter_us``, ``on_ms``, ``off_ms``, ``off_gap_us``)}
+        -- those links go through a delay line (this kernel has no netem)."""
         self.topo = topo
+        self.delays = dict(delays or {})
+        self.delay_lines: dict = {}
         self.of_port = of_port
         self.queues = queues
         self.wc_aqm = wc_aqm
@@ -109,7 +114,7 @@ class Fabric:
                               "delete its bridges")
         ovs.delete_bridges(ours)  # stale bridges of ours from an interrupted run (no port left on them)
         self.net = Mininet(
-            topo=DescribedTopo(self.topo),
+            topo=DescribedTopo(self.topo, delays=self.delays),
             switch=partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure"),
             link=TCLink,
             controller=partial(RemoteController, ip="127.0.0.1", port=self.of_port),
@@ -119,12 +124,19 @@ class Fabric:
             self._tune()
             if self.queues:
                 self._queues()
+            self._delay_lines()
         except Exception:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
+        for line in self.delay_lines.values():
+            try:
+                line.stop()
+            except Exception as exc:  # noqa: BLE001 - the fabric comes down whatever a delay line did
+                self.warnings.append(f"delay line: {exc}")
+        self.delay_lines = {}
         if self.net is not None:
             try:
                 self.net.stop()
@@ -148,12 +160,15 @@ class Fabric:
         for lk in self.topo.links:
             queue[(lk.a, lk.a_port)] = queue[(lk.b, lk.b_port)] = lk.queue_bytes
         switches = {sw.name for sw in self.topo.switches}
+        delay_nodes = set(self.net.topo.delay_nodes.values())
         for link in self.net.links:
             for intf in (link.intf1, link.intf2):
                 node = intf.node
                 port = node.ports[intf]
                 cmds = [f"ip link set dev {intf.name} mtu {mtu}",
                         f"ethtool -K {intf.name} tx off tso off gso off"]
+                if node.name in delay_nodes:        # the delay line moves frames as they come: no GRO
+                    cmds.append(f"ethtool -K {intf.name} gro off")
                 qbytes = queue.get((node.name, port))
                 if qbytes:
                     cmds.append(f"tc qdisc replace dev {intf.name} parent 5:1 handle 10: "
@@ -166,6 +181,14 @@ class Fabric:
                 if node.name in switches:
                     subprocess.run(["ovs-vsctl", "set", "interface", intf.name,
                                     f"mtu_request={mtu}"], check=True, capture_output=True)
+
+    def _delay_lines(self) -> None:
+        """A delay line in each delay node, between its two interfaces."""
+        from mininet_topos.delayline import DelayLine
+        for key, name in self.net.topo.delay_nodes.items():
+            node = self.net.get(name)
+            self.delay_lines[key] = DelayLine(f"{name}-eth1", f"{name}-eth2", mtu=self.topo.mtu,
+                                              prefix=("mnexec", "-a", str(node.pid)), **self.delays[key]).start()
 
     def _queues(self) -> None:
         from mininet_topos.queues import PortQueues, backend

@@ -19,17 +19,35 @@ from controller.topology import TopologyDescription
 from mininet_topos import builders
 
 
+def delay_node(index: int) -> str:
+    return f"dl{index}"
+
+
 class DescribedTopo(Topo):
-    def build(self, description: TopologyDescription):  # noqa: D401 - Mininet API
+    def build(self, description: TopologyDescription, delays: dict | None = None):  # noqa: D401 - Mininet API
+        """``delays`` (emulation only): {(a, b): anything} -- each such link
+        goes through a delay node ``dl<i>`` (a namespace with two
+        interfaces, where the caller runs a delay line), keeping both ends'
+        ports and shaping as described; the controller never sees it."""
         self.description = description
+        self.delay_nodes: dict[tuple[str, str], str] = {}
+        delays = delays or {}
         for sw in description.switches:
             self.addSwitch(sw.name, dpid=f"{sw.dpid:016x}")
         prefix = 16
         for h in description.hosts:
             self.addHost(h.name, ip=f"{h.ip}/{prefix}", mac=h.mac)
         for lk in description.links:
-            opts = {"bw": lk.capacity_mbps}
-            self.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port, **opts)
+            key = (lk.a, lk.b) if (lk.a, lk.b) in delays else (lk.b, lk.a) if (lk.b, lk.a) in delays else None
+            if key is None:
+                self.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port, bw=lk.capacity_mbps)
+                continue
+            d = delay_node(len(self.delay_nodes) + 1)
+            self.delay_nodes[key] = d
+            self.addHost(d, ip=None)
+            # the described ends keep their ports and their shaping; the delay node's sides are not shaped
+            self.addLink(lk.a, d, port1=lk.a_port, port2=1, params1={"bw": lk.capacity_mbps}, params2={})
+            self.addLink(d, lk.b, port1=2, port2=lk.b_port, params1={}, params2={"bw": lk.capacity_mbps})
 
 
 class FatTreeTopo(DescribedTopo):

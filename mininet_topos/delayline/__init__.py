@@ -63,6 +63,7 @@ class DelayLine:
     off_gap_us: float = 0.0
     mtu: int = 1500
     netns: str | None = None
+    prefix: tuple = ()                  # a command prefix instead, e.g. ("mnexec", "-a", pid) for a Mininet node
     proc: subprocess.Popen | None = None
 
     def args(self) -> list[str]:
@@ -85,6 +86,8 @@ class DelayLine:
         cmd = [str(build()), *self.args()]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]
+        elif self.prefix:
+            cmd = [*self.prefix, *cmd]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.started = time.monotonic()
         # it says so once both sockets are bound and its threads run: until then frames would be lost

@@ -2,8 +2,10 @@
 the configured delay in both directions, never reordered; gated on/off, a
 frame waits for the gate."""
 
+import json
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -52,3 +54,42 @@ def test_jitter_never_reorders():
         line.stop()
     seqs = [int(x) for x in re.findall(r"icmp_seq=(\d+)", out)]
     assert len(seqs) >= 45 and seqs == sorted(seqs)
+
+
+def test_a_mininet_link_through_the_delay_line(tmp_path):
+    """A star with h1's link delayed 2 ms each way: h1 <-> r1 pings take
+    about 4 ms more than h2 <-> r1, the controller's view and ports are the
+    described ones (routes installed), and TCP runs through it."""
+    from experiments import configs
+    from experiments.controller_proc import ControllerProcess
+    from experiments.fabric import Fabric
+    from mininet_topos import builders
+
+    topo = builders.star(2, link_mbps=20)
+    topo.save(tmp_path / "topo.json")
+    h1, h2 = [h.name for h in topo.hosts if h.name != "r1"]
+    fab = Fabric(topo, of_port=6696, delays={(h1, "s1"): {"delay_us": 2000}}).start()
+    ctl = ControllerProcess(configs.write(tmp_path / "bwfabric.yaml", tmp_path / "topo.json", "single_path", 6696),
+                            tmp_path / "ctl.log").start()
+    try:
+        fab.wait_routes(60)
+        r1 = topo.host("r1").ip
+        ping = {}
+        for h in (h1, h2):
+            out = fab.run_in(h, "ping", "-c", "10", "-i", "0.05", r1).stdout
+            ping[h] = sorted(float(x) for x in re.findall(r"time=([0-9.]+) ms", out))
+        server = fab.host("r1").popen(["iperf3", "-s", "-1", "-p", "5399"], stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+        tcp = fab.run_in(h1, "timeout", "15", "iperf3", "-c", r1, "-t", "3", "-J", "-p", "5399")
+        server.wait(10)
+    finally:
+        ctl.stop()
+        stats = fab.delay_lines[(h1, "s1")].stop() if fab.delay_lines else {}
+        fab.stop()
+    assert len(ping[h1]) >= 8 and len(ping[h2]) >= 8
+    assert 4.0 <= ping[h1][len(ping[h1]) // 2] <= 5.5, ping
+    assert ping[h2][len(ping[h2]) // 2] < 1.0, ping
+    assert stats["a_to_b"]["frames"] >= 10 and stats["b_to_a"]["frames"] >= 10
+    assert tcp.returncode == 0, tcp.stderr
+    mbps = json.loads(tcp.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+    assert mbps > 15, mbps             # a 20 Mb/s link with 4 ms more RTT: TCP still fills it
