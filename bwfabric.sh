@@ -8,7 +8,7 @@ cd "$(dirname "$(readlink -f "$0")")"
 
 APT_PACKAGES=(openvswitch-switch openvswitch-common mininet iperf3 python3-venv python3-pip
               ethtool iproute2 iputils-ping procps psmisc tcpdump nftables
-              clang bpftool libbpf-dev mptcpd)
+              clang bpftool libbpf-dev mptcpd gcc libc6-dev)
 
 setup() {
     if [ "$(id -u)" != 0 ]; then
