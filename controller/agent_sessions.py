@@ -39,7 +39,7 @@ from controller.config import Loaded
 from controller.loops import LoopGuard
 from hostagent.channel import ChannelError, host_key, load_secret
 from hostagent.client import AgentClient
-from hostagent.plan import CLASS_BG, CLASS_WC, MAX_PAIRS, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE
+from hostagent.plan import CLASS_BG, CLASS_WC, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
 from hostagent.transport import FrameError
 
 log = logging.getLogger("bwfabric.agents")
@@ -270,23 +270,14 @@ class Session:
             self.st.last_error = why
 
 
-def _in_slots(classid: str, base: int) -> bool:
-    """A class 1:<base + slot> of the planner's per-pair slots."""
-    major, _, minor = classid.partition(":")
-    try:
-        return major == "1" and base <= int(minor, 16) < base + MAX_PAIRS
-    except ValueError:
-        return False
-
-
 def is_bg_class(classid: str) -> bool:
     """The hose class and the per-destination (pipe, LRC) classes carry BG."""
-    return classid == CLASS_BG or _in_slots(classid, PAIR_CLASS_BASE)
+    return classid == CLASS_BG or in_pair_slots(classid, PAIR_CLASS_BASE)
 
 
 def is_wc_class(classid: str) -> bool:
     """The WC class and LRC's per-pair WC ceilings."""
-    return classid == CLASS_WC or _in_slots(classid, WC_PAIR_CLASS_BASE)
+    return classid == CLASS_WC or in_pair_slots(classid, WC_PAIR_CLASS_BASE)
 
 
 def _rate(before: dict, after: dict, dt: float, which) -> float | None:

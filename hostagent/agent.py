@@ -380,10 +380,8 @@ def _close(a, b, rel: float = 0.005) -> bool:
 
 
 def _pair_class(classid: str) -> bool:
-    from hostagent.plan import MAX_PAIRS, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE
-    minor = int(classid.split(":")[1], 16)
-    return PAIR_CLASS_BASE <= minor < PAIR_CLASS_BASE + MAX_PAIRS or \
-        WC_PAIR_CLASS_BASE <= minor < WC_PAIR_CLASS_BASE + MAX_PAIRS
+    from hostagent.plan import PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
+    return in_pair_slots(classid, PAIR_CLASS_BASE) or in_pair_slots(classid, WC_PAIR_CLASS_BASE)
 
 
 def _count(x) -> bool:

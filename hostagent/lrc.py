@@ -11,7 +11,7 @@
   ESTABLISHED entry with data in flight is refreshed to the
   "unacknowledged" timeout (300 s), not the established one (5 days): a
   remaining timeout at or below the former is read against it.
-- Algorithm 1 (:func:`apps.lrc.model.SenderHalves`' rule): the sender half
+- Algorithm 1 (:func:`apps.lrc.model.sender_halves`): the sender half
   B_x·w_y/Σ_{X^r} w of every open pair, recomputed whenever the open set
   changes; until the controller's B_i (both halves of Eq. 2) arrives, and
   whenever it is older than ``fallback_s``, a pair's guarantee is its
@@ -236,8 +236,7 @@ class LrcHost:
     def sender_halves(self, open_peers=None) -> dict[str, float]:
         """Algorithm 1: B_x·w_y/Σ_{X^r} w over the open pairs."""
         peers = set(self.rates.pairs) if open_peers is None else set(open_peers)
-        total = sum(self.policy.peers[p].weight for p in peers)
-        return {p: self.guarantee_mbps * self.policy.peers[p].weight / total for p in peers} if total else {}
+        return M.sender_halves(self.guarantee_mbps, {p: self.policy.peers[p].weight for p in peers})
 
     def set_terms(self, factors, now: float) -> None:
         """The controller's latest {peer: [r̃_i, w_i, B_i]}: checked whole
@@ -285,7 +284,7 @@ class LrcHost:
             if self.policy.mode == "paper":
                 out[p] = PairLimit(total)
             elif self.policy.wc == "ceiling":
-                out[p] = PairLimit(b, max(0.0, total - b))
+                out[p] = PairLimit(*M.split_limits(b, total))
             else:
                 out[p] = PairLimit(b)
         return out

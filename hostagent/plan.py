@@ -453,6 +453,16 @@ def _leaf(dev: str, classid: str, rate_bps: int) -> TcLeaf:
     return TcLeaf(dev, classid, f"{minor + 0x1000:x}:", max(LEAF_QUEUE_MIN, int(rate_bps * LEAF_QUEUE_S / 8)))
 
 
+def in_pair_slots(classid: str, base: int) -> bool:
+    """A class 1:<base + slot> of the per-pair slots (``base``:
+    PAIR_CLASS_BASE for BG, WC_PAIR_CLASS_BASE for LRC's WC ceilings)."""
+    major, _, minor = classid.partition(":")
+    try:
+        return major == "1" and base <= int(minor, 16) < base + MAX_PAIRS
+    except ValueError:
+        return False
+
+
 def pair_slots(destinations, previous: dict[str, int] | None = None) -> dict[str, int]:
     """A slot (0..MAX_PAIRS-1) per pipe-model destination that stays the
     same while the destination stays: adding or removing one destination

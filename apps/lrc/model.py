@@ -165,6 +165,13 @@ def pair_terms(pairs: Iterable[Pair], vms: Mapping[Hashable, Vm]) -> dict[Pair, 
     return out
 
 
+def sender_halves(guarantee_mbps: float, receiver_weights: Mapping[Hashable, float]) -> dict[Hashable, float]:
+    """Algorithm 1's rule: B_x·w_y/Σ_{X^r} w for every receiver y in X^r
+    (they sum to B_x); empty without receivers."""
+    total = sum(receiver_weights.values())
+    return {y: guarantee_mbps * w / total for y, w in receiver_weights.items()} if total else {}
+
+
 @dataclass
 class SenderHalves:
     """Algorithm 1 at the sender's host: connections open and close; the
@@ -200,8 +207,7 @@ class SenderHalves:
 
     def halves(self) -> dict[Hashable, float]:
         """B_x·w_y/Σ_{X^r} w for every y in X^r (they sum to B_x)."""
-        total = sum(self.weight_of(y) for y in self.connections)
-        return {y: self.guarantee_mbps * self.weight_of(y) / total for y in self.receivers}
+        return sender_halves(self.guarantee_mbps, {y: self.weight_of(y) for y in self.receivers})
 
 
 # ---- Eq. 27 (host) and Eq. 28 ------------------------------------------------------------------------
