@@ -145,7 +145,7 @@ static void *run(void *arg) {
             if (jitter_ns > 0)
                 due += (long long)(((double)rand_r(&d->seed) / RAND_MAX) * 2 * jitter_ns) - jitter_ns;
             if (due < d->last_due)
-                due = d->last_due;               /* jitter never reorders */
+                due = d->last_due;               /* the FIFO never reorders: keep due times honest */
             d->last_due = due;
             f->due = due;
             f->len = n;
