@@ -39,7 +39,7 @@ from apps.lrc.model import LrcParams
 from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
 from controller.topology import TopologyDescription, TopologyError
 from controller.validate import IPAddress, StrictModel
-from hostagent.plan import MAX_NIC_MBPS, Tuning
+from hostagent.plan import MAX_NIC_MBPS, MPTCP_CCS, Tuning
 from hostagent.policy import POLICIES
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -193,6 +193,11 @@ class Tenant(_Strict):
     policy: Literal[POLICIES] = Field("guarantee", description="fair work conservation: A_l = B / U "
                                       "('guarantee'), 1 ('equal'), or each VM's 'competition' ('explicit')")
     wc_subflows: int = Field(1, ge=0, le=8, description="WC (MP_JOIN) subflows per connection")
+    mptcp_cc: Literal[MPTCP_CCS] = Field("bgwc", description="the congestion control of the tenant's MPTCP "
+                                         "subflows: bgwc (Reno on the first, guaranteed subflow, bwf_wc on the "
+                                         "work-conserving joins), or on every subflow lia (RFC 6356), mptcp_d "
+                                         "(MPTCP-D with extra-subflow elimination), lia_vm (LIA aware of VM "
+                                         "scheduling) or uncoupled (Reno each); docs/coupled.md")
     vms: dict[Name, Vm] = Field(default_factory=dict, description="the tenant's VMs by name")
 
     @model_validator(mode="after")

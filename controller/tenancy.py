@@ -44,6 +44,7 @@ def host_configs(loaded) -> dict[str, HostConfig]:
                                                address=loaded.topology.host(host).ip,
                                                nic_mbps=float(nic_mbps(loaded.topology, host)), **tuning),
                          vm=VmPolicy(guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows,
+                                     mptcp_cc=tenant.mptcp_cc,
                                      policy=tenant.policy, competition=vm.competition,
                                      lrc=_lrc_policy(loaded, tenant_name, host) if lrc.enabled else None))
         out[host] = cfg

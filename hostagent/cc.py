@@ -26,6 +26,7 @@ unregistered once no socket uses it any more (it is retried by ``unload``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -45,9 +46,18 @@ PACE_MAP = "bwf_bgpace"
 PACE_MAP_SPEC = ["type", "hash", "key", "4", "value", "8", "entries", "4096"]
 BGCOUNT_MAP = "bwf_bgcount"   # key = IPv4, value = the VM's established BG subflows (bwf_sockops keeps it)
 BGCOUNT_MAP_SPEC = ["type", "hash", "key", "4", "value", "4", "entries", "4096"]
-SOCKOPS_MAPS = ((PACE_MAP, PACE_MAP_SPEC), (BGCOUNT_MAP, BGCOUNT_MAP_SPEC))
-ALL_MAPS = (*MAPS, *(name for name, _ in SOCKOPS_MAPS))   # everything pinned in BPFFS
 CC_NAMES = ("bwf_wc", "bwf_wc_ecn")   # one object registers both (see bwf_wc.bpf.c)
+# the coupled MPTCP congestion controls (hostagent/bpf/bwf_coupled.bpf.c), one object registering three;
+# they walk the MPTCP socket's subflow list through bpf_rdonly_cast, which needs kernel 6.2 or newer
+COUPLED_NAMES = ("bwf_lia", "bwf_mptcpd", "bwf_liavm")
+COUPLED_MAPS = ("bwf_ccconf", "bwf_ccstat", "bwf_cctrace", "bwf_ccese", "bwf_ccconn")
+COUPLED_MIN_KERNEL = (6, 2)
+# which congestion control bwf_sockops gives a VM's MPTCP subflows (key = IPv4, value = the index in
+# hostagent.plan.MPTCP_CCS); no entry: BG/WC (Reno on the first subflow, bwf_wc on the joins)
+CCSEL_MAP = "bwf_ccsel"
+CCSEL_MAP_SPEC = ["type", "hash", "key", "4", "value", "4", "entries", "4096"]
+SOCKOPS_MAPS = ((PACE_MAP, PACE_MAP_SPEC), (BGCOUNT_MAP, BGCOUNT_MAP_SPEC), (CCSEL_MAP, CCSEL_MAP_SPEC))
+ALL_MAPS = (*MAPS, *COUPLED_MAPS, *(name for name, _ in SOCKOPS_MAPS))   # everything pinned in BPFFS
 TOOLS = ("clang", "bpftool")
 
 
@@ -89,7 +99,7 @@ def build(extra: dict[str, Path] | None = None) -> dict[str, Path]:
     defines = [f"-DTOS_WC={contract.TOS_WC:#x}", f"-DTOS_MASK={contract.TOS_MASK:#x}"]
     newest_input = Path(contract.__file__).stat().st_mtime
     out = {}
-    sources = {name: SRC / f"{name}.bpf.c" for name in ("bwf_wc", "bwf_sockops")}
+    sources = {name: SRC / f"{name}.bpf.c" for name in ("bwf_wc", "bwf_sockops", "bwf_coupled")}
     sources.update(extra or {})
     for name, src in sources.items():
         obj = BUILD / f"{name}.bpf.o"
@@ -111,11 +121,24 @@ def _mount_bpffs() -> None:
         _run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
 
 
-def _pin_maps() -> None:
-    """Pin the registered CC's maps: the newest map of each name (bpftool
+def kernel_version() -> tuple[int, int]:
+    major, minor = os.uname().release.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def coupled_supported() -> str | None:
+    """None, or why the coupled congestion controls cannot run here."""
+    if kernel_version() < COUPLED_MIN_KERNEL:
+        return (f"the coupled MPTCP congestion controls need kernel {'.'.join(map(str, COUPLED_MIN_KERNEL))} or "
+                f"newer (bpf_rdonly_cast, to read the sibling subflows); this is {os.uname().release}")
+    return None
+
+
+def _pin_maps(names: tuple[str, ...] = MAPS) -> None:
+    """Pin a registered CC's maps: the newest map of each name (bpftool
     registered it just now)."""
     maps = json.loads(_run(["bpftool", "-j", "map", "show"]))
-    for name in MAPS:
+    for name in names:
         ids = [m["id"] for m in maps if m.get("name") == name]
         if not ids:
             raise CcError(f"map {name} of the registered CC not found")
@@ -124,13 +147,22 @@ def _pin_maps() -> None:
         _run(["bpftool", "map", "pin", "id", str(max(ids)), str(BPFFS / name)])
 
 
+def _available() -> set[str]:
+    return set(Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split())
+
+
 def _registered() -> set[str]:
-    return set(CC_NAMES) & set(Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split())
+    """Ours, of the registered congestion controls."""
+    return (set(CC_NAMES) | set(COUPLED_NAMES)) & _available()
 
 
 def cc_registered() -> bool:
-    """Both congestion controls registered."""
-    return _registered() == set(CC_NAMES)
+    """Both BG/WC congestion controls registered."""
+    return set(CC_NAMES) <= _registered()
+
+
+def coupled_registered() -> bool:
+    return set(COUPLED_NAMES) <= _registered()
 
 
 def status() -> dict:
@@ -139,7 +171,8 @@ def status() -> dict:
         attached = "bwf_sockops" in _run(["bpftool", "cgroup", "show", str(cgroup2_root())])
     except CcError:
         pass
-    return {"cc_registered": cc_registered(), "sockops_attached": attached,
+    return {"cc_registered": cc_registered(), "coupled_registered": coupled_registered(),
+            "sockops_attached": attached,
             "maps_pinned": [m for m in ALL_MAPS if (BPFFS / m).exists()]}
 
 
@@ -159,7 +192,8 @@ def load() -> dict:
     stamp in the bpffs differs) are unloaded first. Returns :func:`status`."""
     objs = build()
     _mount_bpffs()
-    stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"])
+    coupled = coupled_supported() is None
+    stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"], *([objs["bwf_coupled"]] if coupled else []))
     # a sock_ops program without one of its maps pinned was loaded by a bwfabric that had no such map
     unpinned = PIN_SOCKOPS.exists() and not all((BPFFS / name).exists() for name, _ in SOCKOPS_MAPS)
     if (_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp or unpinned):
@@ -180,6 +214,15 @@ def load() -> dict:
     elif not all((BPFFS / m).exists() for m in MAPS):
         raise CcError(f"bwf_wc is registered but its maps are not pinned in {BPFFS}: unload it first "
                       "(python -m hostagent.cc unload)")
+    if coupled and not coupled_registered():
+        if set(COUPLED_NAMES) & _registered():
+            raise CcError(f"only {', '.join(sorted(set(COUPLED_NAMES) & _registered()))} of "
+                          f"{', '.join(COUPLED_NAMES)} is registered: unload first (python -m hostagent.cc unload)")
+        _run(["bpftool", "struct_ops", "register", str(objs["bwf_coupled"])])
+        if not coupled_registered():
+            raise CcError(f"bpftool registered {objs['bwf_coupled'].name} but the kernel does not list "
+                          f"{' and '.join(COUPLED_NAMES)}")
+        _pin_maps(COUPLED_MAPS)
     st = status()
     if not st["sockops_attached"]:
         for name, spec in SOCKOPS_MAPS:

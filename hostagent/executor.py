@@ -638,7 +638,7 @@ class Executor:
         if self._bpf_lookup(step.map, step.key_ipv4) == step.value:
             return
         key = [str(b) for b in ipaddress.IPv4Address(step.key_ipv4).packed]
-        value = [str(b) for b in step.value.to_bytes(8, "little")]
+        value = [str(b) for b in step.value.to_bytes(step.width, "little")]
         self._step(f"bpf {step.map}[{step.key_ipv4}]")
         _run(["bpftool", "map", "update", "pinned", str(pin), "key", *key, "value", *value])
 

@@ -51,6 +51,10 @@ MAX_NIC_MBPS = 400_000           # 400 Gb/s; HTB keeps 64-bit rates, anything ab
 ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
 BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
 BPF_PACE_MAP = "bwf_bgpace"      # pinned: key = IPv4, value = BG's pacing ceiling in bytes/s
+BPF_CCSEL_MAP = "bwf_ccsel"      # pinned: key = IPv4, value (u32) = the index in MPTCP_CCS (no entry: bgwc)
+# a tenant's MPTCP congestion control: BG/WC (Reno on the first subflow, bwf_wc on the joins), or one of
+# the coupled ones on every subflow (hostagent/bpf/bwf_coupled.bpf.c), or Reno on each (uncoupled)
+MPTCP_CCS = ("bgwc", "lia", "mptcp_d", "lia_vm", "uncoupled")
 # BG is paced a little above its guarantee: the host's HTB is what enforces it
 # (UDP shares the class), the pacing rate tells MPTCP's scheduler what BG drains at
 BG_PACE_HEADROOM = 1.05
@@ -150,6 +154,7 @@ class VmPolicy(_Strict):
     ``lrc`` turns on LRC's per-pair limits, which the agent moves itself."""
     guarantee_mbps: float = Field(ge=0, le=MAX_NIC_MBPS)
     wc_subflows: int = Field(1, ge=0, le=8)
+    mptcp_cc: Literal[MPTCP_CCS] = "bgwc"
     policy: Literal[POLICIES] = "guarantee"
     competition: float | None = Field(None, ge=0, le=1e6)
     pair_limits_mbps: dict[str, float] = Field(default_factory=dict, max_length=MAX_PAIRS)
@@ -341,6 +346,7 @@ class BpfMapSet:
     map: str
     key_ipv4: str
     value: int
+    width: int = 8          # the value's bytes
 
 
 Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet
@@ -541,6 +547,8 @@ def bpf_plan(cfg: HostConfig, a_l: float | None = None) -> list[BpfMapSet]:
     pacing ceiling for bwf_sockops (none without a guarantee, or with
     ``pace_bg`` off)."""
     steps = [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l if a_l is None else a_l))]
+    if cfg.mptcp_cc != "bgwc":      # no entry: BG/WC
+        steps.append(BpfMapSet(BPF_CCSEL_MAP, cfg.address, MPTCP_CCS.index(cfg.mptcp_cc), width=4))
     if cfg.pace_bg and cfg.guarantee_mbps > 0:
         steps.append(BpfMapSet(BPF_PACE_MAP, cfg.address, round(cfg.guarantee_mbps * 1e6 / 8 * BG_PACE_HEADROOM)))
     return steps

@@ -24,6 +24,11 @@
  * window (adversarial, traced). With it: WC's unsent data 20-60 KB instead
  * of 200-600 KB, at most 0.4 MB out of order; fig12 0.99 in 3 of 3 runs.
  *
+ * A VM whose tenant chose a coupled congestion control (bwf_ccsel: 1 LIA,
+ * 2 MPTCP-D, 3 LIA-VM, 4 uncoupled Reno; see bwf_coupled.bpf.c) gets it on
+ * every subflow, and none of the BG/WC settings below: its subflows are
+ * upstream MPTCP's, with their windows coupled.
+ *
  * Plain TCP sockets are left alone. Attached to a cgroup v2 directory; MPTCP
  * subflows inherit the cgroup of the socket that created them.
  */
@@ -48,6 +53,36 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } bwf_bgpace SEC(".maps");
+
+/* the VM's coupled congestion control, by hostagent.cc.CC_KINDS' index
+ * (written by agents; no entry: BG/WC) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} bwf_ccsel SEC(".maps");
+
+static __always_inline __u32 coupled_kind(struct bpf_sock_ops *skops)
+{
+	__u32 key = skops->local_ip4, *k = bpf_map_lookup_elem(&bwf_ccsel, &key);
+
+	return k ? *k : 0;
+}
+
+static __always_inline void set_coupled(struct bpf_sock_ops *skops, __u32 kind)
+{
+	char lia[] = "bwf_lia", mptcpd[] = "bwf_mptcpd", liavm[] = "bwf_liavm", reno[] = "reno";
+
+	if (kind == 1)
+		bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, lia, sizeof(lia));
+	else if (kind == 2)
+		bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, mptcpd, sizeof(mptcpd));
+	else if (kind == 3)
+		bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, liavm, sizeof(liavm));
+	else
+		bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, reno, sizeof(reno));
+}
 
 static __always_inline int is_join(struct bpf_sock_ops *skops)
 {
@@ -285,6 +320,7 @@ SEC("sockops")
 int bwf_sockops(struct bpf_sock_ops *skops)
 {
 	char bg[] = "reno";
+	__u32 kind;
 	int join;
 
 	switch (skops->op) {
@@ -293,6 +329,11 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		join = is_join(skops);
 		if (join < 0)
 			return 1;
+		kind = coupled_kind(skops);
+		if (kind) {
+			set_coupled(skops, kind);
+			return 1;
+		}
 		/* a joining WC subflow gets its congestion control once
 		 * established, when it is known whether ECN was agreed */
 		if (join && skops->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
@@ -307,6 +348,8 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		return 1;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 		join = is_join(skops);
+		if (join >= 0 && coupled_kind(skops))
+			return 1;
 		if (join == 1) {
 			set_wc_cc(skops);
 			size_wc_buffers(skops);

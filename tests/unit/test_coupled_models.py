@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostagent.coupled_models import Lia, LiaVm, ModelError, MptcpD
+from hostagent.coupled_models import BucketMax, Lia, LiaVm, ModelError, MptcpD, lia_increase
 
 
 def primed(model, rtts: dict, cwnd: float = 10.0):
@@ -95,15 +95,38 @@ def test_lia_vm_ignores_a_descheduled_period():
 
 def test_lia_vm_takes_the_largest_alpha_of_the_last_delta():
     vm = primed(LiaVm(), {"a": 0.001, "b": 0.001})
-    vm.recent.extend([(0.0, 0.5), (0.9, 0.7)])
-    vm.on_ack("a", 0.05, now=1.0)        # off: max(0.5, 0.7) -- both within 1 s
+    box = vm.recent["a"] = BucketMax(1.0)
+    box.put(0.05, 0.5)
+    box.put(0.9, 0.7)
+    vm.on_ack("a", 0.05, now=1.0)        # off: max(0.5, 0.7) -- both within the last 8 buckets of 1/8 s
     assert vm.windows()["a"] == pytest.approx(10 + 0.7 / 20)
     before = vm.windows()["a"]
-    vm.recent.clear()
-    vm.recent.extend([(0.0, 0.9), (1.5, 0.6)])
-    vm.on_ack("a", 0.05, now=2.0)        # 0.9 is 2 s old: out of the window before it could count
-    assert [a for _, a in vm.recent] == [0.6]
+    box.put(1.5, 0.6)
+    vm.on_ack("a", 0.05, now=2.0)        # 0.7 (at 0.9 s) is 1.1 s old: its bucket was cleared
+    assert box.best.count(0.0) == 7 and max(box.best) == 0.6
     assert vm.windows()["a"] == pytest.approx(before + 0.6 / (before + 10))
+
+
+def test_bucket_max_keeps_between_seven_eighths_and_all_of_delta():
+    box = BucketMax(0.8)                 # buckets of 0.1 s
+    box.put(0.00, 3.0)
+    box.put(0.35, 2.0)
+    assert box.max(0.79) == 3.0          # 0.79 s back: still the first bucket
+    assert box.max(0.80) == 2.0          # bucket 8 reuses bucket 0's slot
+    assert box.max(1.05) == 2.0          # bucket 10: 3 is the oldest of the 8 kept
+    assert box.max(1.10) == 0.0          # bucket 11: bucket 3 (0.35 s) is gone
+    box.put(5.0, 1.0)                    # a jump of many buckets clears everything once
+    assert box.max(5.0) == 1.0
+
+
+def test_acked_segments_count_as_many_increases():
+    one, four = primed(Lia(), {"a": 0.01, "b": 0.02}), primed(Lia(), {"a": 0.01, "b": 0.02})
+    for _ in range(4):
+        one.subflows["a"].cwnd += lia_increase(one.alpha(), 20, 10)
+    four.on_ack("a", 0.01, acked=4)
+    # RFC 6356: bytes_acked times the per-segment increase, from the state at the ACK
+    assert four.windows()["a"] == pytest.approx(10 + 4 * (2e6 / 2.25e6) / 20)
+    assert one.windows()["a"] == pytest.approx(four.windows()["a"], rel=1e-3)
 
 
 @given(st.one_of(st.just(float("nan")), st.just(float("inf")), st.floats(max_value=0), st.text(max_size=2),
