@@ -1,0 +1,289 @@
+"""Coupled MPTCP congestion control on emulated paths (issue #23): a
+sender namespace A and a receiver B joined by paths, each a veth pair
+through a delay line (mininet_topos.delayline) with a token bucket on A's
+side (the path's rate). Subflows are pinned to paths by source address
+(policy routing on A): path i's addresses are 10.78.i.1, .11, .21, ...;
+B answers on the path it was reached by.
+
+- ``disjoint``: one path per subflow group -- path i carries the subflows
+  from its addresses;
+- ``shared``: one path whose token bucket every subflow (and a competing
+  TCP flow, if asked) shares: a shared bottleneck.
+
+A's congestion control is chosen as the product chooses it: the agent's
+map bwf_ccsel (by the subflow's source address), read by bwf_sockops. The
+BPF programs record every decision into bwf_cctrace when asked
+(``trace=True``), and :func:`hostagent.coupled_models.replay` checks them.
+
+    python -m experiments.coupled check [--seconds 8]       # the three controls against their models
+    python -m experiments.coupled lia-shared                 # LIA vs one TCP flow on one bottleneck
+    python -m experiments.coupled vm [--slices 30 120 480]   # LIA vs LIA-VM under VM scheduling
+    python -m experiments.coupled ese                        # MPTCP-D's elimination, TP / FP
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from benchmarks.delayline import sh
+from hostagent import bpfring, cc
+from hostagent.coupled_models import replay
+from hostagent.plan import MPTCP_CCS
+from mininet_topos.delayline import DelayLine, offloads_off
+
+PORT = 5401
+SENDER = textwrap.dedent('''
+    import socket, sys, time, json
+    dst, secs, proto = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    src = sys.argv[4] if len(sys.argv) > 4 else None
+    size = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+    if src: s.bind((src, 0))
+    s.connect((dst, %d)); buf = b"x" * 65536; sent = 0; t0 = time.time()
+    while (size and sent < size) or (not size and time.time() - t0 < secs):
+        sent += s.send(buf if not size else buf[:min(65536, size - sent)])
+    s.shutdown(socket.SHUT_WR); s.recv(1)
+    print(json.dumps({"sent": sent, "seconds": time.time() - t0}), flush=True)
+''' % PORT)
+SINK = textwrap.dedent('''
+    import socket, sys, threading, time, json
+    n, warm = int(sys.argv[1]), float(sys.argv[2])
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", %d)); srv.listen(16); print("ready", flush=True)
+    got = {}
+    def rx(c, i):
+        t0 = time.time(); b = 0; first = None
+        while True:
+            d = c.recv(1 << 16)
+            if not d: break
+            now = time.time() - t0
+            if now >= warm:
+                b += len(d); first = now if first is None else first
+        got[i] = {"bytes": b, "seconds": time.time() - t0, "measured_s": (time.time() - t0) - (first or 0)}
+        c.sendall(b"k"); c.close()
+    ths = []
+    for i in range(n):
+        c, peer = srv.accept()
+        t = threading.Thread(target=rx, args=(c, i)); t.start(); ths.append(t)
+    for t in ths: t.join()
+    print(json.dumps(got), flush=True)
+''' % PORT)
+MAX_ADDRS = 8
+
+
+@dataclass
+class Path:
+    delay_us: float = 250.0          # one way
+    mbps: float = 100.0
+    addrs: int = 1                   # subflow source addresses on this path
+    gate: dict | None = None         # DelayLine gating options (VM scheduling)
+
+
+@dataclass
+class Bed:
+    a: str
+    b: str
+    paths: list
+    lines: list = field(default_factory=list)
+    ns: list = field(default_factory=list)
+
+    def addrs(self, i: int) -> list[str]:
+        return [f"10.78.{i + 1}.{1 + 10 * j}" for j in range(self.paths[i].addrs)]
+
+    @property
+    def dst(self) -> str:
+        return "10.78.1.2"
+
+    def all_addrs(self) -> list[str]:
+        return [x for i in range(len(self.paths)) for x in self.addrs(i)]
+
+
+@contextlib.contextmanager
+def testbed(paths: list[Path], sender_cc: str = "reno"):
+    """A, B and one delay-line namespace per path; yields a :class:`Bed`.
+    Everything it made is removed by name on the way out."""
+    tag = uuid.uuid4().hex[:5]
+    a, b = f"cpA{tag}", f"cpB{tag}"
+    bed = Bed(a, b, paths)
+    try:
+        for n in (a, b):
+            sh("ip", "netns", "add", n)
+            bed.ns.append(n)
+            sh("ip", "-n", n, "link", "set", "lo", "up")
+        for i, p in enumerate(paths):
+            m = f"cpM{i}{tag}"
+            sh("ip", "netns", "add", m)
+            bed.ns.append(m)
+            ai, bi = f"a{i}", f"b{i}"
+            sh("ip", "link", "add", ai, "netns", a, "type", "veth", "peer", "name", "xa", "netns", m)
+            sh("ip", "link", "add", bi, "netns", b, "type", "veth", "peer", "name", "xb", "netns", m)
+            for j, addr in enumerate(bed.addrs(i)):
+                sh("ip", "-n", a, "addr", "add", f"{addr}/24", "dev", ai)
+            sh("ip", "-n", b, "addr", "add", f"10.78.{i + 1}.2/24", "dev", bi)
+            for n, dev in ((a, ai), (b, bi), (m, "xa"), (m, "xb")):
+                sh("ip", "-n", n, "link", "set", dev, "up")
+                offloads_off(dev, n)
+            # the path's rate on A's side; a FIFO of ~ 2 x the bandwidth-delay product (>= 100 packets)
+            bdp = p.mbps * 1e6 / 8 * 2 * p.delay_us * 1e-6
+            sh("ip", "netns", "exec", a, "tc", "qdisc", "replace", "dev", ai, "root", "tbf", "rate", f"{p.mbps}mbit",
+               "burst", "32kb", "limit", str(int(max(2 * bdp, 150_000))))
+            # subflows from path i's addresses leave by path i
+            sh("ip", "netns", "exec", a, "ip", "route", "add", "default", "dev", ai, "table", str(100 + i))
+            for addr in bed.addrs(i):
+                sh("ip", "netns", "exec", a, "ip", "rule", "add", "from", addr, "table", str(100 + i))
+            bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, **(p.gate or {})).start())
+        for n in (a, b):
+            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.mptcp.enabled=1")
+            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
+            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1")
+        extra = [x for x in bed.all_addrs() if x != bed.addrs(0)[0]]
+        sh("ip", "netns", "exec", a, "ip", "mptcp", "limits", "set", "subflows", str(min(8, len(extra))),
+           "add_addr_accepted", "0")
+        sh("ip", "netns", "exec", b, "ip", "mptcp", "limits", "set", "subflows", "8", "add_addr_accepted", "0")
+        for k, addr in enumerate(extra):
+            i = int(addr.split(".")[2]) - 1
+            sh("ip", "netns", "exec", a, "ip", "mptcp", "endpoint", "add", addr, "dev", f"a{i}", "id", str(k + 1),
+               "subflow")
+        yield bed
+    finally:
+        for line in bed.lines:
+            with contextlib.suppress(Exception):
+                line.stop()
+        for n in bed.ns:
+            sh("ip", "netns", "del", n, check=False)
+
+
+def select(addrs: list[str], kind: str) -> None:
+    """The agent's bwf_ccsel entries: ``kind`` for subflows from these addresses."""
+    if kind not in MPTCP_CCS:
+        raise ValueError(f"congestion control {kind!r}: one of {', '.join(MPTCP_CCS)}")
+    pin = cc.BPFFS / cc.CCSEL_MAP
+    for addr in addrs:
+        key = [str(x) for x in ipaddress.IPv4Address(addr).packed]
+        if kind == "bgwc":
+            sh("bpftool", "map", "delete", "pinned", str(pin), "key", *key, check=False)
+        else:
+            val = [str(x) for x in MPTCP_CCS.index(kind).to_bytes(4, "little")]
+            sh("bpftool", "map", "update", "pinned", str(pin), "key", *key, "value", *val)
+
+
+def set_conf(index: int, value: int) -> None:
+    key = [str(x) for x in index.to_bytes(4, "little")]
+    val = [str(x) for x in int(value).to_bytes(8, "little")]
+    sh("bpftool", "map", "update", "pinned", str(cc.BPFFS / "bwf_ccconf"), "key", *key, "value", *val)
+
+
+CONF = {"trace": 0, "ese_alpha": 1, "ese_beta": 2, "ese_n": 3, "theta": 4, "delta_ms": 5, "ese_off": 6}
+
+
+class Tracer:
+    """bwf_cctrace read while it is on (one reader on the machine)."""
+
+    def __init__(self):
+        self.records: list = []
+        self.stop = threading.Event()
+
+    def __enter__(self):
+        self.ring = bpfring.Ring(cc.BPFFS / "bwf_cctrace")
+        self.ring.drain()
+        set_conf(CONF["trace"], 1)
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+        return self
+
+    def _run(self):
+        while not self.stop.is_set():
+            self.records += [bpfring.parse_trace(r) for r in self.ring.poll(100)]
+
+    def __exit__(self, *exc):
+        set_conf(CONF["trace"], 0)
+        self.stop.set()
+        self.th.join(5)
+        self.records += [bpfring.parse_trace(r) for r in self.ring.drain()]
+        self.ring.close()
+
+
+def stats() -> dict:
+    vals = cc._counters("bwf_ccstat", ("increases", "skipped_reads", "ese_closed", "off_periods", "trace_lost"))
+    return vals
+
+
+def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: float = 2.0,
+              size: int = 0) -> dict:
+    """``mptcp`` MPTCP connections from A's first address and ``tcp``
+    plain TCP flows (on path 1); returns each one's goodput (Mb/s, after
+    ``warm`` s) and duration."""
+    sink = subprocess.Popen(["ip", "netns", "exec", bed.b, sys.executable, "-c", SINK, str(mptcp + tcp), str(warm)],
+                            stdout=subprocess.PIPE, text=True)
+    assert sink.stdout.readline().strip() == "ready"
+    procs = []
+    for k in range(mptcp + tcp):
+        proto = 262 if k < mptcp else 6
+        procs.append(subprocess.Popen(["ip", "netns", "exec", bed.a, sys.executable, "-c", SENDER, bed.dst,
+                                       str(seconds), str(proto), bed.addrs(0)[0], str(size)],
+                                      stdout=subprocess.PIPE, text=True))
+        time.sleep(0.05)
+    for p in procs:
+        p.communicate(timeout=seconds + 120)
+    got = json.loads(sink.communicate(timeout=60)[0])
+    # the sink numbers connections by accept order; senders started 50 ms apart are accepted in that order
+    out = []
+    for k in range(mptcp + tcp):
+        g = got[str(k)]
+        out.append({"kind": "mptcp" if k < mptcp else "tcp", "seconds": g["seconds"],
+                    "mbps": g["bytes"] * 8 / 1e6 / max(g["measured_s"], 1e-9)})
+    return {"flows": out}
+
+
+def check(seconds: float = 8.0) -> dict:
+    """Each coupled control on two disjoint paths of unequal delay (and
+    LIA-VM also under VM scheduling), traced and replayed."""
+    cases = [("lia", [Path(250, 50), Path(1000, 50)]), ("mptcp_d", [Path(250, 50), Path(1000, 50)]),
+             ("lia_vm", [Path(250, 50, gate={"on_ms": 30, "off_ms": 90, "off_gap_us": 5000}), Path(1000, 50)])]
+    out = {}
+    for kind, paths in cases:
+        with testbed(paths) as bed:
+            select(bed.all_addrs(), kind)
+            select(["10.78.1.2", "10.78.2.2"], "uncoupled")
+            before = stats()
+            with Tracer() as tr:
+                flows = run_flows(bed, seconds)
+            after = stats()
+            select(bed.all_addrs() + ["10.78.1.2", "10.78.2.2"], "bgwc")
+        recs = [r for r in tr.records if r.kind == MPTCP_CCS.index(kind)]
+        rep = replay(recs)
+        out[kind] = {"records": len(recs), "increases": rep.increases, "worst_rel": rep.worst_rel,
+                     "worst_abs_segments": rep.worst_abs, "samples": rep.samples,
+                     "worst_srtt_us": rep.worst_srtt_us, "off_periods": rep.off_periods,
+                     "off_mismatch": rep.off_mismatch, "uncounted": rep.uncounted,
+                     "ese_expected": len(rep.ese_expected), "ese_seen": len(rep.ese_seen),
+                     "agrees": rep.agrees(), "flows": flows["flows"],
+                     "stats": {k: after[k] - before[k] for k in after},
+                     "subflows_seen": len({(r.conn, r.sub) for r in recs})}
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m experiments.coupled")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("--seconds", type=float, default=8.0)
+    args = ap.parse_args(argv)
+    cc.load()
+    if args.cmd == "check":
+        print(json.dumps(check(args.seconds), indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
