@@ -184,7 +184,8 @@ def set_conf(index: int, value: int) -> None:
     sh("bpftool", "map", "update", "pinned", str(cc.BPFFS / "bwf_ccconf"), "key", *key, "value", *val)
 
 
-CONF = {"trace": 0, "ese_alpha": 1, "ese_beta": 2, "ese_n": 3, "theta": 4, "delta_ms": 5, "ese_off": 6}
+CONF = {"trace": 0, "ese_alpha": 1, "ese_beta": 2, "ese_n": 3, "theta": 4, "delta_ms": 5, "ese_off": 6,
+        "ese_frozen": 7}
 
 
 class Tracer:
@@ -274,15 +275,140 @@ def check(seconds: float = 8.0) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def closer(bed: Bed):
+    """hostagent.ese's closer in A (what the agent runs for its VM)."""
+    p = subprocess.Popen(["ip", "netns", "exec", bed.a, sys.executable, "-m", "hostagent.ese", *bed.all_addrs()],
+                         stdout=subprocess.PIPE, text=True)
+    got: list = []
+    th = threading.Thread(target=lambda: got.extend(json.loads(x) for x in p.stdout), daemon=True)
+    th.start()
+    try:
+        yield got
+    finally:
+        time.sleep(0.2)
+        p.terminate()
+        p.wait(5)
+        th.join(2)
+
+
+def subflow_count(bed: Bed) -> int:
+    text = sh("ip", "netns", "exec", bed.a, "ss", "-tniH", "dst", f"{bed.dst}:{PORT}", check=False).stdout
+    return text.count("tcp-ulp-mptcp")
+
+
+def lia_shared(seconds: float, runs: int) -> dict:
+    """One MPTCP connection of two subflows and one TCP flow on one
+    bottleneck (the sender's 50 Mb/s token bucket, 0.5 ms base RTT):
+    goodput ratio MPTCP / TCP, LIA against uncoupled Reno subflows; and LIA
+    alone on two disjoint 50 Mb/s paths (it should use both)."""
+    out = {}
+    for kind in ("lia", "uncoupled"):
+        ratios = []
+        for _ in range(runs):
+            with testbed([Path(250, 50, addrs=2)]) as bed:
+                select(bed.all_addrs(), kind)
+                sh("ip", "netns", "exec", bed.a, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=reno")
+                flows = run_flows(bed, seconds, mptcp=1, tcp=1)["flows"]
+                select(bed.all_addrs(), "bgwc")
+            ratios.append(flows[0]["mbps"] / flows[1]["mbps"])
+        out[f"{kind}_shared_ratio"] = ratios
+    with testbed([Path(250, 50), Path(250, 50)]) as bed:
+        select(bed.all_addrs(), "lia")
+        flows = run_flows(bed, seconds, mptcp=1)["flows"]
+        select(bed.all_addrs(), "bgwc")
+    out["lia_disjoint_mbps"] = flows[0]["mbps"]
+    out["disjoint_capacity_mbps"] = 100.0
+    return out
+
+
+def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0) -> dict:
+    """LIA and LIA-VM on two 100 Mb/s paths of 0.5 ms RTT, the sender's
+    links gated as a VM sharing its CPU with three others (on a slice, off
+    three): goodput of each (the seed paper's Fig. 7a)."""
+    out = []
+    for sl in [None, *slices]:
+        gate = None if sl is None else {"on_ms": sl, "off_ms": 3 * sl, "off_gap_us": 5000}
+        row = {"slice_ms": sl}
+        for kind in ("lia", "lia_vm", "uncoupled"):
+            vals = []
+            for _ in range(runs):
+                with testbed([Path(250, mbps, gate=gate), Path(250, mbps, gate=gate)]) as bed:
+                    select(bed.all_addrs(), kind)
+                    vals.append(run_flows(bed, seconds, mptcp=1)["flows"][0]["mbps"])
+                    select(bed.all_addrs(), "bgwc")
+            row[kind] = vals
+        out.append(row)
+    return {"rows": out}
+
+
+def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, delay_us: float = 250,
+        frozen: bool = False) -> dict:
+    """MPTCP-D's extra-subflow elimination: ``per_path`` + 1 subflows on one
+    bottleneck (a closing there is right: TP) and ``per_path`` subflows on
+    each of two disjoint paths of the same rate and delay (a closing of
+    the only subflow of a path is wrong: FP)."""
+    set_conf(CONF["ese_alpha"], round(alpha * 1000))
+    set_conf(CONF["ese_frozen"], int(frozen))
+    res = {"alpha": alpha, "delay_us": delay_us, "frozen_reference": frozen, "per_path": per_path,
+           "shared": [], "disjoint": []}
+    try:
+        for setup in ("shared", "disjoint"):
+            for _ in range(runs):
+                paths = [Path(delay_us, 50, addrs=2 * per_path)] if setup == "shared" else \
+                    [Path(delay_us, 50, addrs=per_path), Path(delay_us, 50, addrs=per_path)]
+                with testbed(paths) as bed:
+                    select(bed.all_addrs(), "mptcp_d")
+                    with closer(bed) as closed:
+                        flows = run_flows(bed, seconds, mptcp=1, warm=0.5)["flows"]
+                    select(bed.all_addrs(), "bgwc")
+                by_path: dict = {}
+                for c in closed:
+                    p = c["src"].split(".")[2]
+                    by_path[p] = by_path.get(p, 0) + 1
+                res[setup].append({"closed": len(closed), "destroyed": sum(c["destroyed"] for c in closed),
+                                   "by_path": by_path, "mbps": flows[0]["mbps"]})
+    finally:
+        set_conf(CONF["ese_alpha"], 0)
+        set_conf(CONF["ese_frozen"], 0)
+    n = max(1, len(res["shared"]))
+    res["tp"] = sum(1 for r in res["shared"] if r["closed"]) / n
+    # wrong: a disjoint path left with none of its subflows
+    res["fp"] = sum(1 for r in res["disjoint"] if any(v >= per_path for v in r["by_path"].values())) / n
+    return res
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.coupled")
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("check")
     c.add_argument("--seconds", type=float, default=8.0)
+    c = sub.add_parser("lia-shared")
+    c.add_argument("--seconds", type=float, default=10.0)
+    c.add_argument("--runs", type=int, default=2)
+    c = sub.add_parser("vm")
+    c.add_argument("--seconds", type=float, default=10.0)
+    c.add_argument("--slices", type=float, nargs="+", default=[30, 120, 480])
+    c.add_argument("--runs", type=int, default=1)
+    c = sub.add_parser("ese")
+    c.add_argument("--runs", type=int, default=10)
+    c.add_argument("--alpha", type=float, nargs="+", default=[1.3])
+    c.add_argument("--per-path", type=int, default=1)
+    c.add_argument("--delay-us", type=float, default=250)
+    c.add_argument("--frozen", action="store_true", help="the paper's reference: the sample that set TRIG "
+                   "(default: the reference subflow's latest sample)")
     args = ap.parse_args(argv)
     cc.load()
     if args.cmd == "check":
-        print(json.dumps(check(args.seconds), indent=1, default=str))
+        out = check(args.seconds)
+    elif args.cmd == "lia-shared":
+        out = lia_shared(args.seconds, args.runs)
+    elif args.cmd == "vm":
+        out = vm(args.seconds, args.slices, args.runs)
+    else:
+        out = [ese(args.runs, alpha=a, per_path=args.per_path, delay_us=args.delay_us, frozen=args.frozen)
+               for a in args.alpha]
+    print(json.dumps(out, indent=1, default=str))
 
 
 if __name__ == "__main__":

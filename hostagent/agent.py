@@ -191,6 +191,27 @@ class Agent:
             self.lrc_in_force = want
             return "rates"
 
+    def ese_round(self) -> str:
+        """MPTCP-D's extra-subflow elimination: destroy the subflows
+        bwf_mptcpd marked for this VM (hostagent.ese)."""
+        from hostagent.ese import EseCloser
+        with self.lock:
+            cfg = self.config
+        if cfg is None or cfg.mptcp_cc != "mptcp_d":
+            return "idle"
+        closer = getattr(self, "ese", None)
+        if closer is None or closer.addresses != EseCloser([str(cfg.address)]).addresses:
+            closer = self.ese = EseCloser([str(cfg.address)])
+        return "closed" if closer.round() else "idle"
+
+    def ese_loop(self, period_s: float = 0.05) -> None:
+        from controller.loops import LoopGuard
+
+        guard = self.ese_loops = LoopGuard(log)
+        while True:
+            time.sleep(guard.backoff("ese", period_s, max_s=5.0))
+            guard.run("ese", self.ese_round)
+
     def lrc_loop(self) -> None:
         from controller.loops import LoopGuard
 
@@ -304,6 +325,9 @@ class Agent:
                                                       "terms_refused": self.lrc.terms_refused,
                                                       "loop": getattr(self, "lrc_loops", None) and
                                                       self.lrc_loops.as_dict().get("lrc")},
+                "ese": None if getattr(self, "ese", None) is None else {
+                    "closed": len(self.ese.closed), "not_destroyed": self.ese.failed,
+                    "loop": getattr(self, "ese_loops", None) and self.ese_loops.as_dict().get("ese")},
                 "in_force": not differences and self.degraded is None, "differences": differences,
                 "degraded": self.degraded}
 
@@ -428,6 +452,7 @@ def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc:
     threading.Thread(target=agent.serve, args=(server,), daemon=True).start()
     threading.Thread(target=agent.buffer_loop, daemon=True).start()
     threading.Thread(target=agent.lrc_loop, daemon=True).start()
+    threading.Thread(target=agent.ese_loop, daemon=True).start()
     log.info("listening on %s", listen_address)
     done.wait()
     log.info("shutting down: removing what this agent put in force")

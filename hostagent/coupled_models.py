@@ -13,7 +13,11 @@ trace. Pure Python, no kernel.
   elimination (ESE), per connection: the first subflow whose RTT exceeds
   α·baseRTT_r sets TRIG and the reference rtt; another subflow whose RTT
   exceeds α·baseRTT_r and lies within β·baseRTT_r of the reference shares
-  its bottleneck and is closed (α = 1.3, β = 0.1).
+  its bottleneck and is closed (α = 1.3, β = 0.1). Decided here: the
+  reference is the reference subflow's latest sample (``frozen=True``: the
+  paper's one sample that raised TRIG -- a subflow that joins later meets a
+  queue grown since, and none sharing a bottleneck was closed on the
+  testbed, see docs/coupled.md).
   What the paper leaves open, decided here: baseRTT_r is the least RTT
   sample of the subflow; a subflow is a candidate during its first
   ``ESE_SAMPLES`` (80) RTT samples only (ESE acts as subflows join, not
@@ -210,8 +214,9 @@ class MptcpD(Coupled):
     """MPTCP-D's window increase and extra-subflow elimination."""
 
     def __init__(self, ese: bool = True, alpha: float = ESE_ALPHA, beta: float = ESE_BETA,
-                 candidates: int = ESE_SAMPLES):
+                 candidates: int = ESE_SAMPLES, frozen: bool = False):
         super().__init__()
+        self.frozen = frozen
         self.ese, self.a, self.b = ese, _positive("alpha", alpha), _positive("beta", beta)
         self.candidates = int(_positive("candidates", candidates))
         self.trig = False
@@ -242,7 +247,10 @@ class MptcpD(Coupled):
         if not self.trig:
             self.trig, self.ref_rtt, self.ref_subflow = True, s.rtt, r
             return
-        if r != self.ref_subflow and abs(s.rtt - self.ref_rtt) < self.b * s.min_rtt and len(self.live()) > 1:
+        ref = self.ref_rtt
+        if not self.frozen and self.ref_subflow in self.live():
+            ref = self.subflows[self.ref_subflow].rtt
+        if r != self.ref_subflow and abs(s.rtt - ref) < self.b * s.min_rtt and len(self.live()) > 1:
             s.closed = True
             self.closed_by_ese.append(r)
 
@@ -281,7 +289,7 @@ class ReplayReport:
 
 
 def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_alpha: float = ESE_ALPHA,
-           ese_beta: float = ESE_BETA, candidates: int = ESE_SAMPLES) -> ReplayReport:
+           ese_beta: float = ESE_BETA, candidates: int = ESE_SAMPLES, frozen: bool = False) -> ReplayReport:
     """Step the models through a trace of bwf_coupled (records with the
     fields of ``hostagent.bpfring.Record``, in the order recorded) and
     compare each decision with the program's:
@@ -300,6 +308,7 @@ def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_al
     minr: dict = {}                 # (conn, sub) -> least sample before this one
     recent: dict = {}               # (conn, sub) -> BucketMax (LIA-VM)
     ese: dict = {}                  # conn -> [trig, ref_rtt, ref_sub]
+    latest: dict = {}               # (conn, sub) -> its latest sample (us)
     for rec in records:
         key = (rec.conn, rec.sub)
         rep.kinds.add(rec.kind)
@@ -316,8 +325,9 @@ def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_al
                 srtt[key] = rec.rtt if key not in srtt else GAMMA * srtt[key] + (1 - GAMMA) * rec.rtt
             if key in srtt:
                 rep.worst_srtt_us = max(rep.worst_srtt_us, abs(srtt[key] - rec.srtt8 / 8))
-            if rec.kind == KIND_MPTCPD and key not in {(c, s) for c, s in rep.ese_expected}:
-                _ese_step(ese, rep, rec, ese_alpha, ese_beta, candidates)
+            if rec.kind == KIND_MPTCPD and key not in rep.ese_expected:
+                _ese_step(ese, rep, rec, ese_alpha, ese_beta, candidates, None if frozen else latest)
+            latest[key] = rec.rtt
         elif rec.type == REC_INCREASE:
             _check_increase(rep, rec, recent, delta_s)
         elif rec.type == REC_LOSS:
@@ -327,13 +337,16 @@ def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_al
     return rep
 
 
-def _ese_step(ese: dict, rep: ReplayReport, rec, a: float, b: float, candidates: int) -> None:
+def _ese_step(ese: dict, rep: ReplayReport, rec, a: float, b: float, candidates: int,
+              latest: dict | None) -> None:
     if rec.samples > candidates or rec.rtt <= a * rec.min_rtt:
         return
     st = ese.setdefault(rec.conn, [False, 0, None])
     if not st[0]:
         st[:] = [True, rec.rtt, rec.sub]
-    elif rec.sub != st[2] and abs(rec.rtt - st[1]) < b * rec.min_rtt:
+        return
+    ref = st[1] if latest is None else latest.get((rec.conn, st[2]), st[1])
+    if rec.sub != st[2] and abs(rec.rtt - ref) < b * rec.min_rtt:
         rep.ese_expected.add((rec.conn, rec.sub))
 
 

@@ -44,10 +44,16 @@
  * ESE (MPTCP-D only). Per connection (bwf_ccconn, LRU, keyed by the MPTCP
  * socket's address and token): the first subflow whose sample exceeds
  * ese_alpha x its least sample, during its first ese_candidates samples,
- * raises TRIG and sets the reference rtt; another such subflow within
- * ese_beta x its least sample of the reference shares the bottleneck: it is
+ * raises TRIG and becomes the reference subflow; another such subflow
+ * within ese_beta x its least sample of the reference subflow's latest
+ * sample shares the bottleneck: it is
  * marked closing (left out of every sibling's sums from then on) and
- * entered in bwf_ccese. A congestion control cannot close
+ * entered in bwf_ccese. The paper's reference is the one sample that set
+ * TRIG (CONF_ESE_FROZEN): a subflow that joins later meets a queue that
+ * has grown since, and on the testbed no shared-bottleneck subflow was
+ * closed (0 of 4 runs at 0.5 and 5 ms RTT); against the reference
+ * subflow's latest sample, 4 of 4 at 5 ms and none of the disjoint ones
+ * (docs/coupled.md has the measured rates). A congestion control cannot close
  * its own socket: the host agent destroys the subflow (SOCK_DESTROY).
  */
 #include "vmlinux.h"
@@ -76,6 +82,8 @@ char _license[] SEC("license") = "GPL";
 #define CONF_THETA	4	/* x 1000; 0: default 10000 */
 #define CONF_DELTA_MS	5	/* 0: default 1000 */
 #define CONF_ESE_OFF	6	/* 1: MPTCP-D without ESE */
+#define CONF_ESE_FROZEN	7	/* 1: the reference is the sample that set TRIG (the paper's Alg. 1), not the
+				 * reference subflow's latest sample (see the header) */
 #define CONF_N		8
 
 struct {
@@ -447,7 +455,7 @@ static __always_inline void ese(struct sock *sk, struct bwf_cc *ca, __u32 rtt)
 	struct ese_key ek = {};
 	struct rec *r;
 	__u64 a = conf(CONF_ESE_ALPHA, 1300), b = conf(CONF_ESE_BETA, 100);
-	__u32 me, d, live;
+	__u32 me, d, live, ref, i;
 	struct sib sib[MAX_SUB];
 
 	if (conf(CONF_ESE_OFF, 0) || ca->samples > conf(CONF_ESE_N, 80))
@@ -475,11 +483,17 @@ static __always_inline void ese(struct sock *sk, struct bwf_cc *ca, __u32 rtt)
 	}
 	if (me == st->ref_sub)
 		return;
-	d = rtt > st->ref_rtt ? rtt - st->ref_rtt : st->ref_rtt - rtt;
-	if ((__u64)d * 1000 >= b * ca->min_rtt)
-		return;
 	live = siblings(sk, sib);
 	if (live < 2)
+		return;
+	ref = st->ref_rtt;
+	if (!conf(CONF_ESE_FROZEN, 0)) {
+		for (i = 0; i < MAX_SUB; i++)
+			if (i < live && sib[i].id == st->ref_sub)
+				ref = sib[i].rtt;
+	}
+	d = rtt > ref ? rtt - ref : ref - rtt;
+	if ((__u64)d * 1000 >= b * ca->min_rtt)
 		return;
 	ca->closing = 1;
 	st->closed++;
@@ -491,7 +505,7 @@ static __always_inline void ese(struct sock *sk, struct bwf_cc *ca, __u32 rtt)
 	ev.sport = ek.sport = sk->__sk_common.skc_num;
 	ev.dport = ek.dport = bpf_ntohs(sk->__sk_common.skc_dport);
 	ev.rtt = rtt;
-	ev.ref_rtt = st->ref_rtt;
+	ev.ref_rtt = ref;
 	ev.min_rtt = ca->min_rtt;
 	bpf_map_update_elem(&bwf_ccese, &ek, &ev, BPF_ANY);
 	if (tracing()) {

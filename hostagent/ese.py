@@ -1,0 +1,85 @@
+"""Extra-subflow elimination's last step, in the host agent: bwf_mptcpd
+(hostagent/bpf/bwf_coupled.bpf.c) marks a subflow that shares its
+bottleneck with a sibling and enters it in the pinned map bwf_ccese; a
+congestion control cannot close its own socket, so the agent destroys it
+(SOCK_DESTROY through inet_diag: ``ss -K``, iproute2's), in its own
+namespace, for its own addresses only (emulated hosts share one kernel and
+one map). MPTCP takes a destroyed subflow as reset; the connection goes on
+over the others. The in-kernel path manager does not re-create it (its
+endpoint is spent for the connection).
+
+    ip netns exec NS python -m hostagent.ese ADDRESS [ADDRESS ...]   # a closer on its own (experiments)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import subprocess
+import sys
+import time
+
+from hostagent import bpfring
+from hostagent.cc import BPFFS
+
+log = logging.getLogger("bwfabric.ese")
+MAP = "bwf_ccese"
+EVENT_SIZE = 32
+
+
+class EseCloser:
+    def __init__(self, addresses):
+        self.addresses = {int.from_bytes(ipaddress.IPv4Address(a).packed, "little") for a in addresses}
+        self.map: bpfring.HashMap | None = None
+        self.closed: list[dict] = []
+        self.failed = 0
+
+    def _open(self) -> bpfring.HashMap | None:
+        if self.map is None and (BPFFS / MAP).exists():
+            self.map = bpfring.HashMap(BPFFS / MAP, bpfring.ESE_KEY.size, EVENT_SIZE)
+        return self.map
+
+    def round(self) -> list[dict]:
+        """Destroy the subflows entered for our addresses; returns them."""
+        m = self._open()
+        if m is None:
+            return []
+        done = []
+        for key, value in m.items():
+            saddr, *_ = bpfring.ESE_KEY.unpack(key)
+            if saddr not in self.addresses:
+                continue
+            ev = bpfring.parse_ese(value)
+            res = subprocess.run(["ss", "-K", "-t", "src", f"{ev.saddr}:{ev.sport}", "dst", f"{ev.daddr}:{ev.dport}"],
+                                 capture_output=True, text=True)
+            m.delete(key)
+            entry = {"src": f"{ev.saddr}:{ev.sport}", "dst": f"{ev.daddr}:{ev.dport}", "token": ev.token,
+                     "subflow": ev.sub, "rtt_us": ev.rtt_us, "ref_rtt_us": ev.ref_rtt_us,
+                     "min_rtt_us": ev.min_rtt_us, "destroyed": res.returncode == 0 and ev.saddr in res.stdout}
+            if not entry["destroyed"]:
+                self.failed += 1
+                log.warning("ESE: subflow %s -> %s not destroyed: %s", entry["src"], entry["dst"],
+                            (res.stderr or res.stdout).strip()[-200:] or "no such socket (closed already)")
+            else:
+                log.info("ESE closed subflow %s -> %s (rtt %d us, reference %d us, base %d us)", entry["src"],
+                         entry["dst"], ev.rtt_us, ev.ref_rtt_us, ev.min_rtt_us)
+            self.closed.append(entry)
+            done.append(entry)
+        return done
+
+
+def main(argv=None) -> None:
+    addrs = (argv if argv is not None else sys.argv[1:])
+    if not addrs:
+        print("usage: python -m hostagent.ese ADDRESS [ADDRESS ...]", file=sys.stderr)
+        sys.exit(2)
+    closer = EseCloser(addrs)
+    while True:
+        for entry in closer.round():
+            print(json.dumps(entry), flush=True)
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()
