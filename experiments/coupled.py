@@ -1,7 +1,7 @@
 """Coupled MPTCP congestion control on emulated paths (issue #23): a
 sender namespace A and a receiver B joined by paths, each a veth pair
-through a delay line (mininet_topos.delayline) with a token bucket on A's
-side (the path's rate). Subflows are pinned to paths by source address
+through a delay line (mininet_topos.delayline) and a token bucket after
+it (the path's rate and its drop-tail queue). Subflows are pinned to paths by source address
 (policy routing on A): path i's addresses are 10.78.i.1, .11, .21, ...;
 B answers on the path it was reached by.
 
@@ -88,6 +88,7 @@ class Path:
     mbps: float = 100.0
     addrs: int = 1                   # subflow source addresses on this path
     gate: dict | None = None         # DelayLine gating options (VM scheduling)
+    queue_bytes: int | None = None   # the token bucket's FIFO; default 2 x the bandwidth-delay product, >= 150 kB
 
 
 @dataclass
@@ -104,6 +105,9 @@ class Bed:
     @property
     def dst(self) -> str:
         return "10.78.1.2"
+
+    def receiver_addrs(self) -> list[str]:
+        return [f"10.78.{i + 1}.2" for i in range(len(self.paths))]
 
     def all_addrs(self) -> list[str]:
         return [x for i in range(len(self.paths)) for x in self.addrs(i)]
@@ -136,8 +140,11 @@ def testbed(paths: list[Path], sender_cc: str = "reno"):
                 offloads_off(dev, n)
             # the path's rate on A's side; a FIFO of ~ 2 x the bandwidth-delay product (>= 100 packets)
             bdp = p.mbps * 1e6 / 8 * 2 * p.delay_us * 1e-6
-            sh("ip", "netns", "exec", a, "tc", "qdisc", "replace", "dev", ai, "root", "tbf", "rate", f"{p.mbps}mbit",
-               "burst", "32kb", "limit", str(int(max(2 * bdp, 150_000))))
+            limit = p.queue_bytes or int(max(2 * bdp, 150_000))
+            # the bottleneck is in the path, not at the sender: a queue at the sender's own interface is
+            # held short by TCP small queues (per socket), and two Reno flows through one shared it 1.5-3.5 : 1
+            sh("ip", "netns", "exec", m, "tc", "qdisc", "replace", "dev", "xb", "root", "tbf", "rate", f"{p.mbps}mbit",
+               "burst", "32kb", "limit", str(limit))
             # subflows from path i's addresses leave by path i
             sh("ip", "netns", "exec", a, "ip", "route", "add", "default", "dev", ai, "table", str(100 + i))
             for addr in bed.addrs(i):
@@ -147,6 +154,9 @@ def testbed(paths: list[Path], sender_cc: str = "reno"):
             sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.mptcp.enabled=1")
             sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
             sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1")
+            # windows able to cover a descheduled VM's off-periods (100 Mb/s x 1.5 s = 19 MB)
+            for k in ("net.ipv4.tcp_wmem", "net.ipv4.tcp_rmem"):
+                sh("ip", "netns", "exec", n, "sysctl", "-qw", f"{k}=4096 131072 67108864")
         extra = [x for x in bed.all_addrs() if x != bed.addrs(0)[0]]
         sh("ip", "netns", "exec", a, "ip", "mptcp", "limits", "set", "subflows", str(min(8, len(extra))),
            "add_addr_accepted", "0")
@@ -155,8 +165,12 @@ def testbed(paths: list[Path], sender_cc: str = "reno"):
             i = int(addr.split(".")[2]) - 1
             sh("ip", "netns", "exec", a, "ip", "mptcp", "endpoint", "add", addr, "dev", f"a{i}", "id", str(k + 1),
                "subflow")
+        # the receiver's subflows: plain Reno, none of BG/WC's settings (bwf_sockops would give its joins bwf_wc)
+        select(bed.receiver_addrs(), "uncoupled")
         yield bed
     finally:
+        with contextlib.suppress(Exception):
+            select(bed.receiver_addrs(), "bgwc")
         for line in bed.lines:
             with contextlib.suppress(Exception):
                 line.stop()
@@ -185,7 +199,7 @@ def set_conf(index: int, value: int) -> None:
 
 
 CONF = {"trace": 0, "ese_alpha": 1, "ese_beta": 2, "ese_n": 3, "theta": 4, "delta_ms": 5, "ese_off": 6,
-        "ese_frozen": 7}
+        "ese_frozen": 7, "ese_confirm": 8}
 
 
 class Tracer:
@@ -256,12 +270,11 @@ def check(seconds: float = 8.0) -> dict:
     for kind, paths in cases:
         with testbed(paths) as bed:
             select(bed.all_addrs(), kind)
-            select(["10.78.1.2", "10.78.2.2"], "uncoupled")
             before = stats()
             with Tracer() as tr:
                 flows = run_flows(bed, seconds)
             after = stats()
-            select(bed.all_addrs() + ["10.78.1.2", "10.78.2.2"], "bgwc")
+            select(bed.all_addrs(), "bgwc")
         recs = [r for r in tr.records if r.kind == MPTCP_CCS.index(kind)]
         rep = replay(recs)
         out[kind] = {"records": len(recs), "increases": rep.increases, "worst_rel": rep.worst_rel,
@@ -297,38 +310,89 @@ def subflow_count(bed: Bed) -> int:
     return text.count("tcp-ulp-mptcp")
 
 
-def lia_shared(seconds: float, runs: int) -> dict:
-    """One MPTCP connection of two subflows and one TCP flow on one
-    bottleneck (the sender's 50 Mb/s token bucket, 0.5 ms base RTT):
-    goodput ratio MPTCP / TCP, LIA against uncoupled Reno subflows; and LIA
-    alone on two disjoint 50 Mb/s paths (it should use both)."""
-    out = {}
-    for kind in ("lia", "uncoupled"):
+def lia_shared(seconds: float, runs: int, delay_us: float = 2500, mbps: float = 50) -> dict:
+    """RFC 6356's goal on a shared bottleneck: one MPTCP connection of two
+    subflows and one Reno TCP flow through the same token bucket (50 Mb/s,
+    5 ms base RTT, a FIFO of 2 bandwidth-delay products): goodput ratio
+    MPTCP / TCP for LIA and for uncoupled Reno subflows, next to two TCP
+    flows (the ratio's noise floor); and LIA alone on two disjoint paths
+    (it should use both)."""
+    out: dict = {}
+    bdp = mbps * 1e6 / 8 * 2 * delay_us * 1e-6
+    for kind in ("lia", "uncoupled", "tcp"):
         ratios = []
         for _ in range(runs):
-            with testbed([Path(250, 50, addrs=2)]) as bed:
-                select(bed.all_addrs(), kind)
+            with testbed([Path(delay_us, mbps, addrs=2, queue_bytes=int(2 * bdp))]) as bed:
                 sh("ip", "netns", "exec", bed.a, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=reno")
-                flows = run_flows(bed, seconds, mptcp=1, tcp=1)["flows"]
-                select(bed.all_addrs(), "bgwc")
-            ratios.append(flows[0]["mbps"] / flows[1]["mbps"])
-        out[f"{kind}_shared_ratio"] = ratios
-    with testbed([Path(250, 50), Path(250, 50)]) as bed:
+                if kind != "tcp":
+                    select(bed.all_addrs(), kind)
+                try:
+                    flows = run_flows(bed, seconds, mptcp=0 if kind == "tcp" else 1, tcp=2 if kind == "tcp" else 1)
+                finally:
+                    select(bed.all_addrs(), "bgwc")
+            f = flows["flows"]
+            ratios.append(f[0]["mbps"] / f[1]["mbps"])
+        out[f"{kind}_ratio"] = ratios
+    with testbed([Path(delay_us, mbps), Path(delay_us, mbps)]) as bed:
         select(bed.all_addrs(), "lia")
-        flows = run_flows(bed, seconds, mptcp=1)["flows"]
-        select(bed.all_addrs(), "bgwc")
-    out["lia_disjoint_mbps"] = flows[0]["mbps"]
-    out["disjoint_capacity_mbps"] = 100.0
+        try:
+            out["lia_disjoint_mbps"] = run_flows(bed, seconds, mptcp=1)["flows"][0]["mbps"]
+        finally:
+            select(bed.all_addrs(), "bgwc")
+    out["disjoint_capacity_mbps"] = 2 * mbps
     return out
 
 
-def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0) -> dict:
-    """LIA and LIA-VM on two 100 Mb/s paths of 0.5 ms RTT, the sender's
-    links gated as a VM sharing its CPU with three others (on a slice, off
-    three): goodput of each (the seed paper's Fig. 7a)."""
+def cpu_jiffies() -> int:
+    """busy time of the whole machine (user, nice, system, irq, softirq), in USER_HZ ticks"""
+    f = open("/proc/stat").readline().split()
+    return sum(int(x) for x in (f[1], f[2], f[3], f[6], f[7]))
+
+
+def throughput(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled")) -> dict:
+    """Goodput of each control on two disjoint paths of unequal delay (50
+    Mb/s each, 0.5 and 2 ms RTT) and on one shared bottleneck (two
+    subflows, 50 Mb/s, 5 ms RTT); and host CPU time per byte delivered (the
+    energy proxy: this machine otherwise idle, no RAPL here) for these and
+    one TCP flow on the shared bottleneck with four subflows."""
+    setups = {"disjoint": lambda: [Path(250, 50), Path(1000, 50)],
+              "shared_2": lambda: [Path(2500, 50, addrs=2)],
+              "shared_4": lambda: [Path(2500, 50, addrs=4)]}
+    out: dict = {}
+    for name, paths in setups.items():
+        for kind in (*kinds, "tcp"):
+            if kind == "tcp" and name == "disjoint":
+                continue
+            vals, cpu = [], []
+            for _ in range(runs):
+                with testbed(paths()) as bed:
+                    if kind != "tcp":
+                        select(bed.all_addrs(), kind)
+                    try:
+                        with closer(bed):
+                            j0 = cpu_jiffies()
+                            f = run_flows(bed, seconds, mptcp=int(kind != "tcp"), tcp=int(kind == "tcp"),
+                                          warm=0.0)["flows"][0]
+                            j1 = cpu_jiffies()
+                    finally:
+                        select(bed.all_addrs(), "bgwc")
+                vals.append(f["mbps"])
+                delivered = f["mbps"] * 1e6 / 8 * f["seconds"]
+                cpu.append((j1 - j0) / 100 / (delivered / 1e9))     # CPU seconds per GB
+            out[f"{name}/{kind}"] = {"mbps": vals, "cpu_s_per_gb": cpu}
+    return out
+
+
+def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0, gate_dir: str = "ba") -> dict:
+    """LIA and LIA-VM on two 100 Mb/s paths of 0.5 ms RTT, the sender a VM
+    sharing its CPU with three others (on a slice, off three): by default
+    what reaches it (the ACKs) waits for its slices, while what it sent
+    drains (``gate_dir`` "ba"; "both" holds both directions, and caps the
+    goodput at the duty cycle whatever the control): goodput of each (the
+    seed paper's Fig. 7a)."""
     out = []
     for sl in [None, *slices]:
-        gate = None if sl is None else {"on_ms": sl, "off_ms": 3 * sl, "off_gap_us": 5000}
+        gate = None if sl is None else {"on_ms": sl, "off_ms": 3 * sl, "off_gap_us": 5000, "gate": gate_dir}
         row = {"slice_ms": sl}
         for kind in ("lia", "lia_vm", "uncoupled"):
             vals = []
@@ -343,14 +407,15 @@ def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0) -> d
 
 
 def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, delay_us: float = 250,
-        frozen: bool = False) -> dict:
+        frozen: bool = False, confirm: int = 0) -> dict:
     """MPTCP-D's extra-subflow elimination: ``per_path`` + 1 subflows on one
     bottleneck (a closing there is right: TP) and ``per_path`` subflows on
     each of two disjoint paths of the same rate and delay (a closing of
     the only subflow of a path is wrong: FP)."""
     set_conf(CONF["ese_alpha"], round(alpha * 1000))
     set_conf(CONF["ese_frozen"], int(frozen))
-    res = {"alpha": alpha, "delay_us": delay_us, "frozen_reference": frozen, "per_path": per_path,
+    set_conf(CONF["ese_confirm"], confirm)
+    res = {"alpha": alpha, "delay_us": delay_us, "frozen_reference": frozen, "confirm": confirm, "per_path": per_path,
            "shared": [], "disjoint": []}
     try:
         for setup in ("shared", "disjoint"):
@@ -371,6 +436,7 @@ def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, 
     finally:
         set_conf(CONF["ese_alpha"], 0)
         set_conf(CONF["ese_frozen"], 0)
+        set_conf(CONF["ese_confirm"], 0)
     n = max(1, len(res["shared"]))
     res["tp"] = sum(1 for r in res["shared"] if r["closed"]) / n
     # wrong: a disjoint path left with none of its subflows
@@ -386,10 +452,14 @@ def main(argv=None) -> None:
     c = sub.add_parser("lia-shared")
     c.add_argument("--seconds", type=float, default=10.0)
     c.add_argument("--runs", type=int, default=2)
+    c = sub.add_parser("throughput")
+    c.add_argument("--seconds", type=float, default=10.0)
+    c.add_argument("--runs", type=int, default=2)
     c = sub.add_parser("vm")
     c.add_argument("--seconds", type=float, default=10.0)
     c.add_argument("--slices", type=float, nargs="+", default=[30, 120, 480])
     c.add_argument("--runs", type=int, default=1)
+    c.add_argument("--gate", default="ba", choices=("ba", "ab", "both"))
     c = sub.add_parser("ese")
     c.add_argument("--runs", type=int, default=10)
     c.add_argument("--alpha", type=float, nargs="+", default=[1.3])
@@ -397,16 +467,21 @@ def main(argv=None) -> None:
     c.add_argument("--delay-us", type=float, default=250)
     c.add_argument("--frozen", action="store_true", help="the paper's reference: the sample that set TRIG "
                    "(default: the reference subflow's latest sample)")
+    c.add_argument("--confirm", type=int, default=0, help="consecutive matching samples before a closing "
+                   "(0: the program's default)")
     args = ap.parse_args(argv)
     cc.load()
     if args.cmd == "check":
         out = check(args.seconds)
     elif args.cmd == "lia-shared":
         out = lia_shared(args.seconds, args.runs)
+    elif args.cmd == "throughput":
+        out = throughput(args.seconds, args.runs)
     elif args.cmd == "vm":
-        out = vm(args.seconds, args.slices, args.runs)
+        out = vm(args.seconds, args.slices, args.runs, gate_dir=args.gate)
     else:
-        out = [ese(args.runs, alpha=a, per_path=args.per_path, delay_us=args.delay_us, frozen=args.frozen)
+        out = [ese(args.runs, alpha=a, per_path=args.per_path, delay_us=args.delay_us, frozen=args.frozen,
+                   confirm=args.confirm)
                for a in args.alpha]
     print(json.dumps(out, indent=1, default=str))
 

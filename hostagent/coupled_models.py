@@ -17,7 +17,10 @@ trace. Pure Python, no kernel.
   reference is the reference subflow's latest sample (``frozen=True``: the
   paper's one sample that raised TRIG -- a subflow that joins later meets a
   queue grown since, and none sharing a bottleneck was closed on the
-  testbed, see docs/coupled.md).
+  testbed, see docs/coupled.md); a subflow is closed after ``confirm``
+  (4) consecutive matching samples, not one (on disjoint paths alike in
+  rate and delay a joining subflow's RTT crossing the reference's closed
+  the only subflow of a path in 3 of 10 runs with one).
   What the paper leaves open, decided here: baseRTT_r is the least RTT
   sample of the subflow; a subflow is a candidate during its first
   ``ESE_SAMPLES`` (80) RTT samples only (ESE acts as subflows join, not
@@ -45,7 +48,7 @@ import math
 from dataclasses import dataclass, field
 
 GAMMA = 7 / 8                 # sRTT EWMA (Eq. 5)
-ESE_ALPHA, ESE_BETA, ESE_SAMPLES = 1.3, 0.1, 80
+ESE_ALPHA, ESE_BETA, ESE_SAMPLES, ESE_CONFIRM = 1.3, 0.1, 80, 4
 VM_THETA, VM_DELTA_S = 10.0, 1.0
 
 
@@ -214,9 +217,10 @@ class MptcpD(Coupled):
     """MPTCP-D's window increase and extra-subflow elimination."""
 
     def __init__(self, ese: bool = True, alpha: float = ESE_ALPHA, beta: float = ESE_BETA,
-                 candidates: int = ESE_SAMPLES, frozen: bool = False):
+                 candidates: int = ESE_SAMPLES, frozen: bool = False, confirm: int = ESE_CONFIRM):
         super().__init__()
-        self.frozen = frozen
+        self.frozen, self.confirm = frozen, int(_positive("confirm", confirm))
+        self.matches: dict = {}
         self.ese, self.a, self.b = ese, _positive("alpha", alpha), _positive("beta", beta)
         self.candidates = int(_positive("candidates", candidates))
         self.trig = False
@@ -242,7 +246,10 @@ class MptcpD(Coupled):
         return s.cwnd
 
     def _eliminate(self, r, s: Subflow) -> None:
-        if s.samples > self.candidates or s.rtt <= self.a * s.min_rtt:
+        if s.samples > self.candidates:
+            return
+        if s.rtt <= self.a * s.min_rtt:
+            self.matches[r] = 0
             return
         if not self.trig:
             self.trig, self.ref_rtt, self.ref_subflow = True, s.rtt, r
@@ -250,7 +257,13 @@ class MptcpD(Coupled):
         ref = self.ref_rtt
         if not self.frozen and self.ref_subflow in self.live():
             ref = self.subflows[self.ref_subflow].rtt
-        if r != self.ref_subflow and abs(s.rtt - ref) < self.b * s.min_rtt and len(self.live()) > 1:
+        if r == self.ref_subflow:
+            return
+        if not (abs(s.rtt - ref) < self.b * s.min_rtt and len(self.live()) > 1):
+            self.matches[r] = 0
+            return
+        self.matches[r] = self.matches.get(r, 0) + 1
+        if self.matches[r] >= self.confirm:
             s.closed = True
             self.closed_by_ese.append(r)
 
@@ -289,7 +302,8 @@ class ReplayReport:
 
 
 def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_alpha: float = ESE_ALPHA,
-           ese_beta: float = ESE_BETA, candidates: int = ESE_SAMPLES, frozen: bool = False) -> ReplayReport:
+           ese_beta: float = ESE_BETA, candidates: int = ESE_SAMPLES, frozen: bool = False,
+           confirm: int = ESE_CONFIRM) -> ReplayReport:
     """Step the models through a trace of bwf_coupled (records with the
     fields of ``hostagent.bpfring.Record``, in the order recorded) and
     compare each decision with the program's:
@@ -326,7 +340,7 @@ def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_al
             if key in srtt:
                 rep.worst_srtt_us = max(rep.worst_srtt_us, abs(srtt[key] - rec.srtt8 / 8))
             if rec.kind == KIND_MPTCPD and key not in rep.ese_expected:
-                _ese_step(ese, rep, rec, ese_alpha, ese_beta, candidates, None if frozen else latest)
+                _ese_step(ese, rep, rec, ese_alpha, ese_beta, candidates, None if frozen else latest, confirm)
             latest[key] = rec.rtt
         elif rec.type == REC_INCREASE:
             _check_increase(rep, rec, recent, delta_s)
@@ -338,16 +352,27 @@ def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_al
 
 
 def _ese_step(ese: dict, rep: ReplayReport, rec, a: float, b: float, candidates: int,
-              latest: dict | None) -> None:
-    if rec.samples > candidates or rec.rtt <= a * rec.min_rtt:
+              latest: dict | None, confirm: int) -> None:
+    matches = ese.setdefault("matches", {})
+    key = (rec.conn, rec.sub)
+    if rec.samples > candidates:
+        return
+    if rec.rtt <= a * rec.min_rtt:
+        matches[key] = 0
         return
     st = ese.setdefault(rec.conn, [False, 0, None])
     if not st[0]:
         st[:] = [True, rec.rtt, rec.sub]
         return
+    if rec.sub == st[2]:
+        return
     ref = st[1] if latest is None else latest.get((rec.conn, st[2]), st[1])
-    if rec.sub != st[2] and abs(rec.rtt - ref) < b * rec.min_rtt:
-        rep.ese_expected.add((rec.conn, rec.sub))
+    if abs(rec.rtt - ref) >= b * rec.min_rtt:
+        matches[key] = 0
+        return
+    matches[key] = matches.get(key, 0) + 1
+    if matches[key] >= confirm:
+        rep.ese_expected.add(key)
 
 
 def _check_increase(rep: ReplayReport, rec, recent: dict, delta_s: float) -> None:

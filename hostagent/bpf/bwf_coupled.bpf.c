@@ -53,7 +53,11 @@
  * has grown since, and on the testbed no shared-bottleneck subflow was
  * closed (0 of 4 runs at 0.5 and 5 ms RTT); against the reference
  * subflow's latest sample, 4 of 4 at 5 ms and none of the disjoint ones
- * (docs/coupled.md has the measured rates). A congestion control cannot close
+ * (docs/coupled.md has the measured rates). And a subflow is closed after
+ * 4 consecutive matching samples (CONF_ESE_CONFIRM; the paper: 1): on two
+ * disjoint paths alike in rate and delay a joining subflow's RTT, ramping
+ * up, crossed the reference's within beta x base for a sample or two, and
+ * one match closed the only subflow of a path in 3 of 10 runs. A congestion control cannot close
  * its own socket: the host agent destroys the subflow (SOCK_DESTROY).
  */
 #include "vmlinux.h"
@@ -84,7 +88,8 @@ char _license[] SEC("license") = "GPL";
 #define CONF_ESE_OFF	6	/* 1: MPTCP-D without ESE */
 #define CONF_ESE_FROZEN	7	/* 1: the reference is the sample that set TRIG (the paper's Alg. 1), not the
 				 * reference subflow's latest sample (see the header) */
-#define CONF_N		8
+#define CONF_ESE_CONFIRM	8	/* consecutive matching samples before a closing; 0: default 4 (the paper: 1) */
+#define CONF_N		9
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -157,7 +162,7 @@ struct bwf_cc {
 	__u32 amax[NBUCKETS];	/* LIA-VM: the largest alpha (Q16) of each bucket */
 	__u64 bucket;		/* LIA-VM: the current bucket's number (time / (delta / 8)) */
 	__u32 alpha;		/* the last alpha used, Q16 */
-	__u32 pad;
+	__u32 matches;		/* ESE: consecutive samples that matched the reference */
 };
 
 /* trace records */
@@ -460,8 +465,10 @@ static __always_inline void ese(struct sock *sk, struct bwf_cc *ca, __u32 rtt)
 
 	if (conf(CONF_ESE_OFF, 0) || ca->samples > conf(CONF_ESE_N, 80))
 		return;
-	if ((__u64)rtt * 1000 <= a * ca->min_rtt)
+	if ((__u64)rtt * 1000 <= a * ca->min_rtt) {
+		ca->matches = 0;
 		return;
+	}
 	msk = msk_of(sk);
 	if (!msk)
 		return;
@@ -484,8 +491,10 @@ static __always_inline void ese(struct sock *sk, struct bwf_cc *ca, __u32 rtt)
 	if (me == st->ref_sub)
 		return;
 	live = siblings(sk, sib);
-	if (live < 2)
+	if (live < 2) {
+		ca->matches = 0;
 		return;
+	}
 	ref = st->ref_rtt;
 	if (!conf(CONF_ESE_FROZEN, 0)) {
 		for (i = 0; i < MAX_SUB; i++)
@@ -493,7 +502,11 @@ static __always_inline void ese(struct sock *sk, struct bwf_cc *ca, __u32 rtt)
 				ref = sib[i].rtt;
 	}
 	d = rtt > ref ? rtt - ref : ref - rtt;
-	if ((__u64)d * 1000 >= b * ca->min_rtt)
+	if ((__u64)d * 1000 >= b * ca->min_rtt) {
+		ca->matches = 0;
+		return;
+	}
+	if (++ca->matches < conf(CONF_ESE_CONFIRM, 4))
 		return;
 	ca->closing = 1;
 	st->closed++;

@@ -61,6 +61,7 @@ class DelayLine:
     on_ms: float = 0.0
     off_ms: float = 0.0
     off_gap_us: float = 0.0
+    gate: str = "both"                  # which directions the gate holds: both, ab (a -> b) or ba
     mtu: int = 1500
     netns: str | None = None
     prefix: tuple = ()                  # a command prefix instead, e.g. ("mnexec", "-a", pid) for a Mininet node
@@ -75,11 +76,14 @@ class DelayLine:
             raise DelayLineError(f"jitter_us {self.jitter_us} above delay_us {self.delay_us}")
         if (self.on_ms > 0) != (self.off_ms > 0):
             raise DelayLineError("gating needs both on_ms and off_ms")
+        if self.gate not in ("both", "ab", "ba"):
+            raise DelayLineError(f"gate {self.gate!r} must be both, ab or ba")
         out = ["--a", self.a, "--b", self.b, "--delay-us", f"{self.delay_us:g}", "--mtu", str(self.mtu)]
         if self.jitter_us:
             out += ["--jitter-us", f"{self.jitter_us:g}"]
         if self.on_ms:
-            out += ["--on-ms", f"{self.on_ms:g}", "--off-ms", f"{self.off_ms:g}", "--off-gap-us", f"{self.off_gap_us:g}"]
+            out += ["--on-ms", f"{self.on_ms:g}", "--off-ms", f"{self.off_ms:g}", "--off-gap-us", f"{self.off_gap_us:g}",
+                    "--gate", self.gate]
         return out
 
     def start(self) -> "DelayLine":

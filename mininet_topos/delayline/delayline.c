@@ -10,7 +10,11 @@
  * The interfaces need GRO/GSO/TSO off (frames up to --mtu + 18 bytes).
  *
  * usage: delayline --a IF --b IF --delay-us N [--jitter-us N] [--on-ms N
- *        --off-ms N [--off-gap-us N]] [--mtu N] [--slots N] [--duration-s N]
+ *        --off-ms N [--off-gap-us N] [--gate ab|ba|both]] [--mtu N] [--slots N]
+ *        [--duration-s N]
+ * --gate: which directions the on/off gate holds (default both; ba: only
+ * frames from b to a -- a VM at a that handles what it receives only while
+ * it runs, while what it sent already drains).
  * prints one JSON line of statistics on exit (SIGINT/SIGTERM or duration).
  */
 #define _GNU_SOURCE
@@ -57,6 +61,7 @@ struct dir {
     long long *err;            /* hold errors (ns): the last ERR_SAMPLES */
     unsigned long long n_err;
     unsigned int seed;
+    int gated;                 /* the on/off gate holds this direction */
 };
 
 static long long now_ns(void) {
@@ -64,6 +69,8 @@ static long long now_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+static int gate_dirs = 3;    /* bit 0: a -> b, bit 1: b -> a */
 
 static int gate_open(long long t) {
     if (on_ns <= 0 || off_ns <= 0)
@@ -114,7 +121,7 @@ static void *run(void *arg) {
             struct frame *f = &d->q[d->head];
             if (f->due > t)
                 break;
-            if (!gate_open(t)) {
+            if (d->gated && !gate_open(t)) {
                 if (off_gap_ns <= 0 || t - d->last_off_send < off_gap_ns)
                     break;
                 d->last_off_send = t;
@@ -156,7 +163,7 @@ static void *run(void *arg) {
         long long next = t + 100000000LL;
         if (d->count) {
             next = d->q[d->head].due;
-            if (!gate_open(next)) {
+            if (d->gated && !gate_open(next)) {
                 long long open_at = gate_next_open(next);
                 next = off_gap_ns > 0 ? (d->last_off_send + off_gap_ns < open_at ?
                                          d->last_off_send + off_gap_ns : open_at) : open_at;
@@ -196,7 +203,7 @@ static void on_signal(int sig) { (void)sig; stop_flag = 1; }
 
 static void usage(void) {
     fprintf(stderr, "usage: delayline --a IF --b IF --delay-us N [--jitter-us N] [--on-ms N --off-ms N "
-                    "[--off-gap-us N]] [--mtu N] [--slots N] [--duration-s N]\n");
+                    "[--off-gap-us N] [--gate ab|ba|both]] [--mtu N] [--slots N] [--duration-s N]\n");
     exit(2);
 }
 
@@ -211,6 +218,13 @@ int main(int argc, char **argv) {
         double x = strtod(v, &end);
         if (!strcmp(k, "--a")) { a = v; continue; }
         if (!strcmp(k, "--b")) { b = v; continue; }
+        if (!strcmp(k, "--gate")) {
+            if (!strcmp(v, "ab")) gate_dirs = 1;
+            else if (!strcmp(v, "ba")) gate_dirs = 2;
+            else if (!strcmp(v, "both")) gate_dirs = 3;
+            else usage();
+            continue;
+        }
         if (*end || x != x || x < 0 || x > 1e9) { fprintf(stderr, "delayline: %s %s: not a number >= 0\n", k, v); exit(2); }
         if (!strcmp(k, "--delay-us")) delay_us = (long long)x;
         else if (!strcmp(k, "--jitter-us")) jitter_ns = (long long)(x * 1000);
@@ -233,6 +247,8 @@ int main(int argc, char **argv) {
     int fa = open_socket(a, &ifa), fb = open_socket(b, &ifb);
     dirs[0].rx = fa; dirs[0].tx = fb; dirs[0].tx_ifindex = ifb;
     dirs[1].rx = fb; dirs[1].tx = fa; dirs[1].tx_ifindex = ifa;
+    dirs[0].gated = gate_dirs & 1;
+    dirs[1].gated = (gate_dirs >> 1) & 1;
     for (int k = 0; k < 2; k++) {
         dirs[k].q = calloc(slots, sizeof(struct frame));
         dirs[k].err = calloc(ERR_SAMPLES, sizeof(long long));

@@ -125,6 +125,18 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
 
 
+def test_the_tenants_mptcp_congestion_control_is_a_bwf_ccsel_entry():
+    # bgwc (the default) is no entry; each coupled one is its index in MPTCP_CCS, a u32 for bwf_sockops
+    assert P.BPF_CCSEL_MAP not in [s.map for s in P.bpf_plan(_cfg())]
+    for i, kind in enumerate(P.MPTCP_CCS):
+        steps = [s for s in P.bpf_plan(_cfg(mptcp_cc=kind)) if s.map == P.BPF_CCSEL_MAP]
+        assert steps == ([] if kind == "bgwc" else [P.BpfMapSet(P.BPF_CCSEL_MAP, "10.0.0.1", i, width=4)])
+    # the order is bwf_sockops' (set_coupled: 1 LIA, 2 MPTCP-D, 3 LIA-VM, 4 Reno)
+    assert P.MPTCP_CCS[1:] == ("lia", "mptcp_d", "lia_vm", "uncoupled")
+    with pytest.raises(P.PlanError, match="mptcp_cc"):
+        _cfg(mptcp_cc="cubic")
+
+
 SS_SAMPLE = """ESTAB 0      0      10.9.1.1:37807 10.9.1.2:10101
 \t bwf_wc wscale:9,9 rto:204 rtt:2.489/4.425 mss:1448 cwnd:110 send 511948574bps delivery_rate 2734976bps tcp-ulp-mptcp flags:Jjec
 ESTAB 0      3360   10.9.1.1:42874 10.9.1.2:5001

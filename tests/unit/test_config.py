@@ -84,6 +84,8 @@ BROKEN = {
     "explicit policy without levels": (setin(("tenants", "batch", "policy"), "explicit"), "tenants.batch",
                                        "competition"),
     "too many WC subflows": (setin(("tenants", "web", "wc_subflows"), 9), "tenants.web.wc_subflows", "8"),
+    "unknown MPTCP congestion control": (setin(("tenants", "web", "mptcp_cc"), "olia"), "tenants.web.mptcp_cc",
+                                         "lia_vm"),
     "tuning key": (setin(("agents", "defaults", "colour"), "red"), "agents.defaults.colour", "unknown key"),
     "tuning range": (setin(("agents", "defaults", "beta"), 0), "agents.defaults.beta", "greater than 0"),
     "mu": (setin(("admission", "mu"), 1.5), "admission.mu", "less than or equal to 1"),
@@ -223,3 +225,12 @@ def test_the_controllers_tuning_schema_and_the_agents_checks_agree(name, value):
     except PlanError:
         agent_ok = False
     assert controller_ok == agent_ok, (name, value, controller_ok, agent_ok)
+
+
+def test_a_tenants_mptcp_congestion_control_reaches_its_agents():
+    loaded = config.from_data(mutate(setin(("tenants", "web", "mptcp_cc"), "mptcp_d")))
+    cfgs = tenancy.host_configs(loaded)
+    web = set(loaded.cfg.tenants["web"].vms.values())
+    kinds = {h: c.mptcp_cc for h, c in cfgs.items()}
+    assert {kinds[vm.host] for vm in web} == {"mptcp_d"}
+    assert set(kinds.values()) == {"mptcp_d", "bgwc"}          # the other tenants keep BG/WC

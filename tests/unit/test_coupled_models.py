@@ -56,7 +56,7 @@ def test_mptcp_d_increase_by_hand():
 
 
 def test_ese_closes_a_second_subflow_on_the_same_bottleneck_only():
-    m = primed(MptcpD(), {"a": 0.01, "b": 0.01, "c": 0.01, "d": 0.01})
+    m = primed(MptcpD(confirm=1), {"a": 0.01, "b": 0.01, "c": 0.01, "d": 0.01})
     m.on_ack("a", 0.014)                 # > 1.3 x base: TRIG, the reference 14 ms
     assert m.trig and m.ref_rtt == 0.014 and m.closed_by_ese == []
     m.on_ack("c", 0.020)                 # inflated too, but 6 ms from the reference: another bottleneck
@@ -68,6 +68,20 @@ def test_ese_closes_a_second_subflow_on_the_same_bottleneck_only():
     # the reference subflow itself is never closed
     m.on_ack("a", 0.0141)
     assert "a" not in m.closed_by_ese
+
+
+def test_ese_compares_with_the_reference_subflows_latest_sample_and_waits_for_confirm_matches():
+    live, frozen = (primed(MptcpD(confirm=2, frozen=f), {"a": 0.01, "b": 0.01}) for f in (False, True))
+    for m in (live, frozen):
+        m.on_ack("a", 0.014)             # TRIG: reference subflow a at 14 ms
+        m.on_ack("a", 0.020)             # a's queue grew: its latest sample 20 ms
+        m.on_ack("b", 0.0205)            # 0.5 ms from a's latest, 6.5 ms from the sample that set TRIG
+    assert live.matches["b"] == 1 and frozen.matches["b"] == 0
+    live.on_ack("b", 0.0112)             # back near the base (< 1.3 x): the run of matches starts over
+    live.on_ack("b", 0.0203)
+    assert live.closed_by_ese == [] and live.matches["b"] == 1
+    live.on_ack("b", 0.0198)             # the second match in a row closes b
+    assert live.closed_by_ese == ["b"]
 
 
 def test_ese_candidates_are_a_subflows_first_samples():
@@ -164,5 +178,8 @@ def test_delay_line_options_checked_together():
         DelayLine("xa", "xb", 100, jitter_us=200).args()
     with pytest.raises(DelayLineError, match="both on_ms and off_ms"):
         DelayLine("xa", "xb", 100, on_ms=30).args()
-    assert DelayLine("xa", "xb", 100, on_ms=30, off_ms=90).args()[-6:] == ["--on-ms", "30", "--off-ms", "90",
-                                                                          "--off-gap-us", "0"]
+    assert DelayLine("xa", "xb", 100, on_ms=30, off_ms=90).args()[-8:] == ["--on-ms", "30", "--off-ms", "90",
+                                                                          "--off-gap-us", "0", "--gate", "both"]
+    assert DelayLine("xa", "xb", 100, on_ms=30, off_ms=90, gate="ba").args()[-1] == "ba"
+    with pytest.raises(DelayLineError, match="gate"):
+        DelayLine("xa", "xb", 100, on_ms=30, off_ms=90, gate="up").args()
