@@ -444,6 +444,101 @@ def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, 
     return res
 
 
+def plot(cmd: str, out, path: str) -> None:
+    """One figure per command (PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    mean = lambda v: sum(v) / len(v)    # noqa: E731
+    if cmd == "vm":
+        rows = out["rows"]
+        xs = ["none" if r["slice_ms"] is None else f"{r['slice_ms']:g}" for r in rows]
+        for k, kind in enumerate(("lia", "lia_vm", "uncoupled")):
+            ax.bar([i + 0.27 * (k - 1) for i in range(len(rows))], [mean(r[kind]) for r in rows], 0.27, label=kind)
+        ax.set_xticks(range(len(rows)), xs)
+        ax.set_xlabel("VM slice (ms; off 3 slices)")
+        ax.set_ylabel("goodput (Mb/s)")
+    elif cmd == "ese":
+        xs = [r["alpha"] for r in out]
+        ax.plot(xs, [r["tp"] for r in out], "o-", label="TP (shared bottleneck)")
+        ax.plot(xs, [r["fp"] for r in out], "s-", label="FP (disjoint paths)")
+        ax.set_xlabel("ESE alpha")
+        ax.set_ylabel("rate")
+        ax.set_ylim(-0.05, 1.05)
+    elif cmd == "lia-shared":
+        keys = [k for k in out if k.endswith("_ratio")]
+        ax.bar(range(len(keys)), [mean(out[k]) for k in keys])
+        for i, k in enumerate(keys):
+            ax.plot([i] * len(out[k]), out[k], "k.")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(keys)), [k.replace("_ratio", "") for k in keys])
+        ax.set_ylabel("goodput / competing TCP flow")
+    elif cmd == "throughput":
+        keys = list(out)
+        ax.barh(range(len(keys)), [mean(out[k]["mbps"]) for k in keys])
+        ax.set_yticks(range(len(keys)), keys, fontsize=7)
+        ax.set_xlabel("goodput (Mb/s)")
+    else:
+        plt.close(fig)
+        return
+    ax.set_title(f"experiments.coupled {cmd}")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+KINDS = {
+    "check": "LIA, MPTCP-D and LIA-VM traced on two paths and replayed through their reference models",
+    "lia-shared": "LIA vs one TCP flow on one bottleneck (ratio), uncoupled and TCP/TCP beside it",
+    "throughput": "goodput and CPU per byte of LIA, MPTCP-D, uncoupled (and TCP) on disjoint/shared paths",
+    "vm": "LIA vs LIA-VM vs uncoupled under VM scheduling, slices 30/120/480 ms (seed paper Fig. 7a)",
+    "ese": "MPTCP-D's extra-subflow elimination: TP on a shared bottleneck, FP on disjoint paths, per alpha",
+}
+
+
+@dataclass
+class Config:
+    """``bwfabric experiment coupled-KIND key=value ...``"""
+    kind: str = "check"
+    seconds: float = 10.0
+    runs: int = 2
+    slices: tuple[float, ...] = (30.0, 120.0, 480.0)
+    gate: str = "ba"
+    alpha: tuple[float, ...] = (1.3,)
+    per_path: int = 1
+    delay_us: float = 2500.0
+    frozen: bool = False
+    confirm: int = 0
+
+
+def run(cfg: Config, out_dir) -> dict:
+    """The registry's entry: the kind's result (result.json) and figure (figure.png) in ``out_dir``."""
+    from pathlib import Path as FsPath
+    if cfg.kind not in KINDS:
+        raise ValueError(f"kind {cfg.kind!r}: one of {', '.join(KINDS)}")
+    out_dir = FsPath(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cc.load()
+    if cfg.kind == "check":
+        out = check(cfg.seconds)
+    elif cfg.kind == "lia-shared":
+        out = lia_shared(cfg.seconds, cfg.runs)
+    elif cfg.kind == "throughput":
+        out = throughput(cfg.seconds, cfg.runs)
+    elif cfg.kind == "vm":
+        out = vm(cfg.seconds, list(cfg.slices), cfg.runs, gate_dir=cfg.gate)
+    else:
+        out = [ese(cfg.runs, alpha=a, per_path=cfg.per_path, delay_us=cfg.delay_us, frozen=cfg.frozen,
+                   confirm=cfg.confirm) for a in cfg.alpha]
+    (out_dir / "result.json").write_text(json.dumps(out, indent=1, default=str))
+    plot(cfg.kind, out, str(out_dir / "figure.png"))
+    print(json.dumps(out, indent=1, default=str))
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.coupled")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -469,7 +564,17 @@ def main(argv=None) -> None:
                    "(default: the reference subflow's latest sample)")
     c.add_argument("--confirm", type=int, default=0, help="consecutive matching samples before a closing "
                    "(0: the program's default)")
+    for name, c in sub.choices.items():
+        c.add_argument("--plot", metavar="PNG", help="write the figure here")
+    c = sub.add_parser("plot", help="the figure of a saved result: plot CMD RESULT.json PNG")
+    c.add_argument("what", choices=("vm", "ese", "lia-shared", "throughput"))
+    c.add_argument("result")
+    c.add_argument("png")
     args = ap.parse_args(argv)
+    if args.cmd == "plot":
+        with open(args.result) as f:
+            plot(args.what, json.load(f), args.png)
+        return
     cc.load()
     if args.cmd == "check":
         out = check(args.seconds)
@@ -484,6 +589,8 @@ def main(argv=None) -> None:
                    confirm=args.confirm)
                for a in args.alpha]
     print(json.dumps(out, indent=1, default=str))
+    if args.plot:
+        plot(args.cmd, out, args.plot)
 
 
 if __name__ == "__main__":

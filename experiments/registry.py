@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from experiments import bgwc, lessor_dynamics, lessor_eval, lrc_emu, product, routing_comparison
+from experiments import bgwc, bgwc_fig17, coupled, lessor_dynamics, lessor_eval, lrc_emu, product, routing_comparison
 from experiments.options import OptionError, parse_options
 
 EXPERIMENTS = {
@@ -30,7 +30,11 @@ EXPERIMENTS = {
     "lessor-polling": (lessor_dynamics, lessor_dynamics.POLLING,
                        "Algorithm 1: polling period and controller CPU over idle / flow storm / idle"),
     **{f"bgwc-{k}": (bgwc, {"kind": k}, f"BG/WC testbed: {help_}") for k, help_ in bgwc.KINDS.items()},
+    "bgwc-fig17": (bgwc_fig17, {}, "BG/WC Fig. 17: the WC subflow's path +1 ms RTT every 15 s (delay lines); "
+                   "the receive-buffer rule keeps WC's rate (beta 3 vs 0.5)"),
     **{f"lrc-{k}": (lrc_emu, {"kind": k}, f"LRC on the BG/WC testbed: {help_}") for k, help_ in lrc_emu.KINDS.items()},
+    **{f"coupled-{k}": (coupled, {"kind": k}, f"coupled MPTCP congestion control, two-path namespaces: {help_}")
+       for k, help_ in coupled.KINDS.items()},
 }
 
 

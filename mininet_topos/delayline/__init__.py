@@ -62,6 +62,10 @@ class DelayLine:
     off_ms: float = 0.0
     off_gap_us: float = 0.0
     gate: str = "both"                  # which directions the gate holds: both, ab (a -> b) or ba
+    tos: tuple | None = None            # (value, mask): carry only IPv4 frames with TOS & mask == value
+    not_tos: tuple | None = None        # (value, mask): carry every other frame
+    step_us: float = 0.0                # the delay grows by this...
+    step_every_s: float = 0.0           # ...every this many seconds
     mtu: int = 1500
     netns: str | None = None
     prefix: tuple = ()                  # a command prefix instead, e.g. ("mnexec", "-a", pid) for a Mininet node
@@ -78,9 +82,29 @@ class DelayLine:
             raise DelayLineError("gating needs both on_ms and off_ms")
         if self.gate not in ("both", "ab", "ba"):
             raise DelayLineError(f"gate {self.gate!r} must be both, ab or ba")
+        for name in ("step_us", "step_every_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
+                raise DelayLineError(f"{name} {v!r} must be a finite number >= 0")
+        if (self.step_us > 0) != (self.step_every_s > 0):
+            raise DelayLineError("a delay step needs both step_us and step_every_s")
+        if self.tos is not None and self.not_tos is not None:
+            raise DelayLineError("tos and not_tos exclude each other (two lines carry the two classes)")
+        for name in ("tos", "not_tos"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, tuple) and len(v) == 2 and
+                                      all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 255
+                                          for x in v)):
+                raise DelayLineError(f"{name} {v!r} must be (value, mask), bytes")
         out = ["--a", self.a, "--b", self.b, "--delay-us", f"{self.delay_us:g}", "--mtu", str(self.mtu)]
         if self.jitter_us:
             out += ["--jitter-us", f"{self.jitter_us:g}"]
+        if self.tos is not None:
+            out += ["--tos", f"{self.tos[0]:#x}/{self.tos[1]:#x}"]
+        if self.not_tos is not None:
+            out += ["--not-tos", f"{self.not_tos[0]:#x}/{self.not_tos[1]:#x}"]
+        if self.step_us:
+            out += ["--step-us", f"{self.step_us:g}", "--step-every-s", f"{self.step_every_s:g}"]
         if self.on_ms:
             out += ["--on-ms", f"{self.on_ms:g}", "--off-ms", f"{self.off_ms:g}", "--off-gap-us", f"{self.off_gap_us:g}",
                     "--gate", self.gate]

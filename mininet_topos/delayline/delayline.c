@@ -15,11 +15,18 @@
  * --gate: which directions the on/off gate holds (default both; ba: only
  * frames from b to a -- a VM at a that handles what it receives only while
  * it runs, while what it sent already drains).
+ * --tos V/M: carry only IPv4 frames whose TOS byte & M == V; --not-tos V/M:
+ * every other frame (ARP included). Two lines with complementary filters on
+ * the same interfaces give one class of traffic its own delay without
+ * holding the other behind it (a classic BPF socket filter: the kernel
+ * hands each line only its frames).
+ * --step-us N --step-every-s S: the delay grows by N every S seconds.
  * prints one JSON line of statistics on exit (SIGINT/SIGTERM or duration).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -44,6 +51,9 @@
 static volatile sig_atomic_t stop_flag;
 static long long delay_ns, jitter_ns, on_ns, off_ns, off_gap_ns, t0_ns;
 static int mtu = 1500, slots = 4096;
+static long long step_ns, step_every_ns;
+static int tos_filter;                 /* 0 none, 1 match, -1 exclude */
+static unsigned tos_value, tos_mask;
 
 struct frame {
     long long due;
@@ -90,6 +100,22 @@ static int open_socket(const char *ifname, int *ifindex_out) {
     if (!ifindex) { fprintf(stderr, "delayline: no interface %s\n", ifname); exit(2); }
     struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL), .sll_ifindex = ifindex};
     if (bind(fd, (struct sockaddr *)&sll, sizeof sll) < 0) { perror("bind"); exit(2); }
+    if (tos_filter) {
+        unsigned in = tos_filter > 0 ? 0xffff : 0, out = tos_filter > 0 ? 0 : 0xffff;
+        struct sock_filter code[] = {
+            {0x28, 0, 0, 12},                        /* ldh [12]: ethertype */
+            {0x15, 0, 3, 0x0800},                    /* IPv4? else not matched */
+            {0x30, 0, 0, 15},                        /* ldb [15]: TOS */
+            {0x54, 0, 0, tos_mask},                  /* and #mask */
+            {0x15, 1, 0, tos_value},                 /* == value: matched */
+            {0x06, 0, 0, out},                       /* not matched */
+            {0x06, 0, 0, in},                        /* matched */
+        };
+        struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+        if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) < 0) {
+            perror("SO_ATTACH_FILTER"); exit(2);
+        }
+    }
     int one = 1;
     if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one) < 0) {
         perror("PACKET_IGNORE_OUTGOING"); exit(2);
@@ -149,6 +175,8 @@ static void *run(void *arg) {
                 continue;
             }
             long long rx = now_ns(), due = rx + delay_ns;
+            if (step_ns > 0 && step_every_ns > 0)
+                due += step_ns * ((rx - t0_ns) / step_every_ns);
             if (jitter_ns > 0)
                 due += (long long)(((double)rand_r(&d->seed) / RAND_MAX) * 2 * jitter_ns) - jitter_ns;
             if (due < d->last_due)
@@ -203,7 +231,7 @@ static void on_signal(int sig) { (void)sig; stop_flag = 1; }
 
 static void usage(void) {
     fprintf(stderr, "usage: delayline --a IF --b IF --delay-us N [--jitter-us N] [--on-ms N --off-ms N "
-                    "[--off-gap-us N] [--gate ab|ba|both]] [--mtu N] [--slots N] [--duration-s N]\n");
+                    "[--off-gap-us N] [--gate ab|ba|both]] [--tos V/M | --not-tos V/M] [--step-us N --step-every-s S] [--mtu N] [--slots N] [--duration-s N]\n");
     exit(2);
 }
 
@@ -218,6 +246,12 @@ int main(int argc, char **argv) {
         double x = strtod(v, &end);
         if (!strcmp(k, "--a")) { a = v; continue; }
         if (!strcmp(k, "--b")) { b = v; continue; }
+        if (!strcmp(k, "--tos") || !strcmp(k, "--not-tos")) {
+            if (sscanf(v, "%i/%i", (int *)&tos_value, (int *)&tos_mask) != 2 || tos_value > 255 || tos_mask > 255)
+                usage();
+            tos_filter = !strcmp(k, "--tos") ? 1 : -1;
+            continue;
+        }
         if (!strcmp(k, "--gate")) {
             if (!strcmp(v, "ab")) gate_dirs = 1;
             else if (!strcmp(v, "ba")) gate_dirs = 2;
@@ -234,6 +268,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--mtu")) mtu = (int)x;
         else if (!strcmp(k, "--slots")) slots = (int)x;
         else if (!strcmp(k, "--duration-s")) duration = x;
+        else if (!strcmp(k, "--step-us")) step_ns = (long long)(x * 1000);
+        else if (!strcmp(k, "--step-every-s")) step_every_ns = (long long)(x * 1e9);
         else usage();
     }
     if (!a || !b || delay_us < 0 || mtu < 68 || mtu > 65535 || slots < 16 || slots > (1 << 20)) usage();

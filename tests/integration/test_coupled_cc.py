@@ -83,3 +83,23 @@ def test_ese_closes_a_subflow_sharing_the_bottleneck_and_the_connection_goes_on(
     assert rep.ese_seen == rep.ese_expected and len(rep.ese_seen) == 1
     # the remaining subflow carries the connection at the bottleneck's rate
     assert flows[0]["mbps"] > 40
+
+
+def test_the_agents_plan_selects_the_control_through_bwf_ccsel(loaded, tmp_path):
+    """A tenant's mptcp_cc, as the agent applies it: the bwf_ccsel entry
+    bwf_sockops reads (a u32, the index in MPTCP_CCS), read back from the
+    kernel; back to bgwc, the entry is gone."""
+    from hostagent import plan as P
+    from hostagent.executor import Executor
+    base = dict(host="c1", interface="lo", address="10.79.0.1", nic_mbps=100, guarantee_mbps=10)
+    ex = Executor(state_file=str(tmp_path / "ex.json"))
+    try:
+        for kind in ("lia_vm", "mptcp_d", "bgwc"):
+            plan = P.Plan(tuple(P.bpf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": kind}))))
+            ex.apply(plan)
+            have = cc.read_map(cc.CCSEL_MAP).get("10.79.0.1")
+            assert have == (None if kind == "bgwc" else MPTCP_CCS.index(kind))
+            assert ex.differences(plan) == []
+    finally:
+        ex.teardown()
+    assert "10.79.0.1" not in cc.read_map(cc.CCSEL_MAP) and "10.79.0.1" not in cc.read_map("bwf_alevel")

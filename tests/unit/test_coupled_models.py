@@ -183,3 +183,40 @@ def test_delay_line_options_checked_together():
     assert DelayLine("xa", "xb", 100, on_ms=30, off_ms=90, gate="ba").args()[-1] == "ba"
     with pytest.raises(DelayLineError, match="gate"):
         DelayLine("xa", "xb", 100, on_ms=30, off_ms=90, gate="up").args()
+
+
+def _rec(**kw):
+    from hostagent.bpfring import Record
+    base = dict(ts_ns=0, conn=1, type=2, kind=1, sub=1, flags=0, acked=1, acked_ca=1, rtt=1000, srtt8=8000,
+                min_rtt=1000, samples=5, cwnd_before=10, cwnd_after=10, frac_before=0, frac_after=0, alpha=0,
+                sibs=())
+    return Record(**{**base, **kw})
+
+
+def test_replay_checks_each_increase_against_the_models_rule():
+    from hostagent.bpfring import Sib
+    from hostagent.coupled_models import Q30, lia_alpha, replay
+    sibs = (Sib(1, 10, 8000, 1000), Sib(2, 10, 16000, 2000))        # sRTT 1 and 2 ms
+    per = lia_increase(lia_alpha([10, 10], [1000, 2000]), 20, 10)
+    frac = round(per * 3 * Q30)
+    # subflow 2, the slower: its LIA and MPTCP-D increases differ (for the fastest they coincide)
+    good = _rec(sub=2, acked=3, acked_ca=3, frac_after=frac, sibs=sibs)
+    rep = replay([good])
+    assert rep.increases == 1 and rep.agrees()
+    # a program that added 1/w per segment (Reno's) is caught
+    assert not replay([_rec(sub=2, acked=3, acked_ca=3, frac_after=round(3 / 10 * Q30), sibs=sibs)]).agrees()
+    # read as MPTCP-D's rule, the same increase is wrong
+    assert replay([_rec(sub=2, kind=2, acked=3, acked_ca=3, frac_after=frac, sibs=sibs)]).worst_rel > 1e-2
+    # slow start's share is taken off before the comparison
+    ss = _rec(sub=2, flags=1, acked=5, acked_ca=3, cwnd_before=8, cwnd_after=10, frac_after=frac, sibs=sibs)
+    assert replay([ss]).agrees()
+
+
+def test_replay_checks_srtt_and_off_period_verdicts():
+    from hostagent.coupled_models import replay
+    samples = [_rec(type=1, kind=3, rtt=1000, srtt8=8000), _rec(type=1, kind=3, rtt=1200, srtt8=8200),
+               _rec(type=1, kind=3, rtt=50000, srtt8=8200, flags=2)]                  # 50 x min: off, sRTT kept
+    rep = replay(samples)
+    assert rep.samples == 3 and rep.off_periods == 1 and rep.off_mismatch == 0 and rep.worst_srtt_us < 1
+    wrong = samples[:2] + [_rec(type=1, kind=3, rtt=50000, srtt8=14400, flags=0)]      # the program took it in
+    assert replay(wrong).off_mismatch == 1
