@@ -250,7 +250,7 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
                                       stdout=subprocess.PIPE, text=True))
         time.sleep(0.05)
     for p in procs:
-        p.communicate(timeout=seconds + 120)
+        p.communicate(timeout=seconds + 30)
     got = json.loads(sink.communicate(timeout=60)[0])
     # the sink numbers connections by accept order; senders started 50 ms apart are accepted in that order
     out = []
@@ -343,10 +343,17 @@ def lia_shared(seconds: float, runs: int, delay_us: float = 2500, mbps: float = 
     return out
 
 
-def cpu_jiffies() -> int:
-    """busy time of the whole machine (user, nice, system, irq, softirq), in USER_HZ ticks"""
+def cpu_jiffies(bed: "Bed | None" = None) -> int:
+    """busy time of the whole machine (user, nice, system, irq, softirq), in
+    USER_HZ ticks, less the delay lines' own (they stand for the wire; they
+    poll and spin whatever the traffic)"""
     f = open("/proc/stat").readline().split()
-    return sum(int(x) for x in (f[1], f[2], f[3], f[6], f[7]))
+    busy = sum(int(x) for x in (f[1], f[2], f[3], f[6], f[7]))
+    for line in (bed.lines if bed else []):
+        with contextlib.suppress(OSError, AttributeError):
+            st = open(f"/proc/{line.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            busy -= int(st[11]) + int(st[12])        # utime, stime (fields 14 and 15)
+    return busy
 
 
 def throughput(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled")) -> dict:
@@ -370,10 +377,10 @@ def throughput(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled"))
                         select(bed.all_addrs(), kind)
                     try:
                         with closer(bed):
-                            j0 = cpu_jiffies()
+                            j0 = cpu_jiffies(bed)
                             f = run_flows(bed, seconds, mptcp=int(kind != "tcp"), tcp=int(kind == "tcp"),
                                           warm=0.0)["flows"][0]
-                            j1 = cpu_jiffies()
+                            j1 = cpu_jiffies(bed)
                     finally:
                         select(bed.all_addrs(), "bgwc")
                 vals.append(f["mbps"])

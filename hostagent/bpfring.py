@@ -133,7 +133,7 @@ class HashMap:
 
 # ---- bwf_coupled's records ------------------------------------------------------------------
 REC_SAMPLE, REC_INCREASE, REC_LOSS, REC_ESE = 1, 2, 3, 4
-F_SLOWSTART, F_OFF, F_NOTLIMITED, F_UNCOUNTED = 1, 2, 4, 8
+F_SLOWSTART, F_OFF, F_NOTLIMITED, F_UNCOUNTED, F_FIRST = 1, 2, 4, 8, 16
 MAX_SUB = 9
 _HEAD = struct.Struct("<QQ12IQQII")
 _SIB = struct.Struct("<4I")

@@ -17,7 +17,8 @@ trace. Pure Python, no kernel.
   reference is the reference subflow's latest sample (``frozen=True``: the
   paper's one sample that raised TRIG -- a subflow that joins later meets a
   queue grown since, and none sharing a bottleneck was closed on the
-  testbed, see docs/coupled.md); a subflow is closed after ``confirm``
+  testbed, see docs/coupled.md); the connection's first subflow (the
+  first added) is never closed; a subflow is closed after ``confirm``
   (4) consecutive matching samples, not one (on disjoint paths alike in
   rate and delay a joining subflow's RTT crossing the reference's closed
   the only subflow of a path in 3 of 10 runs with one).
@@ -257,7 +258,7 @@ class MptcpD(Coupled):
         ref = self.ref_rtt
         if not self.frozen and self.ref_subflow in self.live():
             ref = self.subflows[self.ref_subflow].rtt
-        if r == self.ref_subflow:
+        if r == self.ref_subflow or r == next(iter(self.subflows)):
             return
         if not (abs(s.rtt - ref) < self.b * s.min_rtt and len(self.live()) > 1):
             self.matches[r] = 0
@@ -271,7 +272,7 @@ class MptcpD(Coupled):
 # ---- checking what the BPF programs did ------------------------------------------------------
 Q30 = 1 << 30
 REC_SAMPLE, REC_INCREASE, REC_LOSS, REC_ESE = 1, 2, 3, 4
-F_SLOWSTART, F_OFF, F_NOTLIMITED, F_UNCOUNTED = 1, 2, 4, 8
+F_SLOWSTART, F_OFF, F_NOTLIMITED, F_UNCOUNTED, F_FIRST = 1, 2, 4, 8, 16
 KIND_LIA, KIND_MPTCPD, KIND_LIAVM = 1, 2, 3
 
 
@@ -364,7 +365,7 @@ def _ese_step(ese: dict, rep: ReplayReport, rec, a: float, b: float, candidates:
     if not st[0]:
         st[:] = [True, rec.rtt, rec.sub]
         return
-    if rec.sub == st[2]:
+    if rec.sub == st[2] or rec.flags & F_FIRST:
         return
     ref = st[1] if latest is None else latest.get((rec.conn, st[2]), st[1])
     if abs(rec.rtt - ref) >= b * rec.min_rtt:

@@ -48,7 +48,9 @@
  * within ese_beta x its least sample of the reference subflow's latest
  * sample shares the bottleneck: it is
  * marked closing (left out of every sibling's sums from then on) and
- * entered in bwf_ccese. The paper's reference is the one sample that set
+ * entered in bwf_ccese. The connection's first subflow is never closed
+ * (with it destroyed, a connection of 8 subflows stalled for minutes once in
+ * 5 runs). The paper's reference is the one sample that set
  * TRIG (CONF_ESE_FROZEN): a subflow that joins later meets a queue that
  * has grown since, and on the testbed no shared-bottleneck subflow was
  * closed (0 of 4 runs at 0.5 and 5 ms RTT); against the reference
@@ -174,6 +176,7 @@ struct bwf_cc {
 #define F_SLOWSTART	1	/* increase: the ACK was (partly) slow start */
 #define F_OFF		2	/* sample: an off-period (LIA-VM), srtt kept */
 #define F_NOTLIMITED	4	/* increase: not cwnd-limited, window left alone */
+#define F_FIRST		16	/* sample: the connection's first subflow (ESE never closes it) */
 
 struct sib {
 	__u32 id;
@@ -247,6 +250,12 @@ static __always_inline int tracing(void)
 	__u64 *v = bpf_map_lookup_elem(&bwf_ccconf, &i);
 
 	return v && *v;
+}
+
+/* the subflow is its connection's first (msk->first) */
+static __always_inline int is_first(struct sock *sk, struct mptcp_sock *msk)
+{
+	return msk && (__u64)msk->first == (__u64)sk;
 }
 
 /* the MPTCP socket of a subflow (0 if sk is not one) */
@@ -483,12 +492,13 @@ static __always_inline void ese(struct sock *sk, struct bwf_cc *ca, __u32 rtt)
 	}
 	me = subflow_id(sk);
 	if (!st->trig) {
+		/* (the first subflow may be the reference; it is never closed, below) */
 		st->trig = 1;
 		st->ref_rtt = rtt;
 		st->ref_sub = me;
 		return;
 	}
-	if (me == st->ref_sub)
+	if (me == st->ref_sub || is_first(sk, msk))
 		return;
 	live = siblings(sk, sib);
 	if (live < 2) {
@@ -604,7 +614,7 @@ void BPF_PROG(cc_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 	r->type = REC_SAMPLE;
 	r->kind = ca->kind;
 	r->sub = subflow_id(sk);
-	r->flags = flags;
+	r->flags = flags | (is_first(sk, msk_of(sk)) ? F_FIRST : 0);
 	r->rtt = rtt;
 	r->srtt8 = ca->srtt8;
 	r->min_rtt = ca->min_rtt;
