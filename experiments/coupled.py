@@ -19,6 +19,7 @@ BPF programs record every decision into bwf_cctrace when asked
     python -m experiments.coupled lia-shared                 # LIA vs one TCP flow on one bottleneck
     python -m experiments.coupled vm [--slices 30 120 480]   # LIA vs LIA-VM under VM scheduling
     python -m experiments.coupled ese                        # MPTCP-D's elimination, TP / FP
+    python -m experiments.coupled cubic | transfer | throughput | lia-shared ...
 """
 
 from __future__ import annotations
@@ -413,6 +414,49 @@ def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0, gate
     return {"rows": out}
 
 
+def cubic(seconds: float, runs: int, slice_ms: float | None = None) -> dict:
+    """The seed paper's Figs. 9-10: an MPTCP connection (LIA or LIA-VM) on
+    two 100 Mb/s paths of 0.5 ms RTT and one CUBIC flow on the first path:
+    the CUBIC flow's goodput next to each. ``slice_ms``: the paths gated
+    as a VM's (the CUBIC flow then shares the gate: it leaves the same
+    namespace, unlike the paper's other VM)."""
+    gate = None if slice_ms is None else {"on_ms": slice_ms, "off_ms": 3 * slice_ms, "off_gap_us": 5000, "gate": "ba"}
+    out: dict = {"slice_ms": slice_ms}
+    for kind in ("lia", "lia_vm", "uncoupled"):
+        rows = []
+        for _ in range(runs):
+            with testbed([Path(250, 100, gate=gate), Path(250, 100, gate=gate)]) as bed:
+                sh("ip", "netns", "exec", bed.a, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
+                select(bed.all_addrs(), kind)
+                try:
+                    f = run_flows(bed, seconds, mptcp=1, tcp=1)["flows"]
+                finally:
+                    select(bed.all_addrs(), "bgwc")
+            rows.append({"mptcp_mbps": f[0]["mbps"], "cubic_mbps": f[1]["mbps"]})
+        out[kind] = rows
+    return out
+
+
+def transfer(runs: int, size_mb: float = 61.0, slice_ms: float = 480.0) -> dict:
+    """The seed paper's Fig. 8, scaled: the time to move ``size_mb`` MB
+    (the paper: 610 MB) over two 100 Mb/s paths with the sender a
+    descheduled VM (on a slice, off three), LIA vs LIA-VM."""
+    gate = {"on_ms": slice_ms, "off_ms": 3 * slice_ms, "off_gap_us": 5000, "gate": "ba"}
+    out: dict = {"size_mb": size_mb, "slice_ms": slice_ms}
+    for kind in ("lia", "lia_vm", "uncoupled"):
+        times = []
+        for _ in range(runs):
+            with testbed([Path(250, 100, gate=gate), Path(250, 100, gate=gate)]) as bed:
+                select(bed.all_addrs(), kind)
+                try:
+                    f = run_flows(bed, 600, mptcp=1, warm=0.0, size=int(size_mb * 1e6))["flows"][0]
+                finally:
+                    select(bed.all_addrs(), "bgwc")
+            times.append(f["seconds"])
+        out[kind] = times
+    return out
+
+
 def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, delay_us: float = 250,
         frozen: bool = False, confirm: int = 0) -> dict:
     """MPTCP-D's extra-subflow elimination: ``per_path`` + 1 subflows on one
@@ -481,6 +525,19 @@ def plot(cmd: str, out, path: str) -> None:
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(range(len(keys)), [k.replace("_ratio", "") for k in keys])
         ax.set_ylabel("goodput / competing TCP flow")
+    elif cmd == "cubic":
+        kinds = [k for k in ("lia", "lia_vm", "uncoupled") if k in out]
+        ax.bar([i - 0.2 for i in range(len(kinds))], [mean([r["mptcp_mbps"] for r in out[k]]) for k in kinds], 0.4,
+               label="MPTCP")
+        ax.bar([i + 0.2 for i in range(len(kinds))], [mean([r["cubic_mbps"] for r in out[k]]) for k in kinds], 0.4,
+               label="CUBIC flow")
+        ax.set_xticks(range(len(kinds)), kinds)
+        ax.set_ylabel("goodput (Mb/s)")
+    elif cmd == "transfer":
+        kinds = [k for k in ("lia", "lia_vm", "uncoupled") if k in out]
+        ax.bar(range(len(kinds)), [mean(out[k]) for k in kinds])
+        ax.set_xticks(range(len(kinds)), kinds)
+        ax.set_ylabel(f"seconds to move {out['size_mb']:g} MB")
     elif cmd == "throughput":
         keys = list(out)
         ax.barh(range(len(keys)), [mean(out[k]["mbps"]) for k in keys])
@@ -503,6 +560,8 @@ KINDS = {
     "throughput": "goodput and CPU per byte of LIA, MPTCP-D, uncoupled (and TCP) on disjoint/shared paths",
     "vm": "LIA vs LIA-VM vs uncoupled under VM scheduling, slices 30/120/480 ms (seed paper Fig. 7a)",
     "ese": "MPTCP-D's extra-subflow elimination: TP on a shared bottleneck, FP on disjoint paths, per alpha",
+    "cubic": "a CUBIC flow's goodput next to LIA / LIA-VM / uncoupled MPTCP (seed paper Figs. 9-10)",
+    "transfer": "time to move 61 MB (the paper's 610 MB / 10) at a 480 ms slice, LIA vs LIA-VM (Fig. 8)",
 }
 
 
@@ -519,6 +578,9 @@ class Config:
     delay_us: float = 2500.0
     frozen: bool = False
     confirm: int = 0
+    slice_ms: float = 0.0            # cubic: 0 = no VM scheduling
+    size_mb: float = 61.0
+    slice_transfer_ms: float = 480.0
 
 
 def run(cfg: Config, out_dir) -> dict:
@@ -537,6 +599,10 @@ def run(cfg: Config, out_dir) -> dict:
         out = throughput(cfg.seconds, cfg.runs)
     elif cfg.kind == "vm":
         out = vm(cfg.seconds, list(cfg.slices), cfg.runs, gate_dir=cfg.gate)
+    elif cfg.kind == "cubic":
+        out = cubic(cfg.seconds, cfg.runs, cfg.slice_ms or None)
+    elif cfg.kind == "transfer":
+        out = transfer(cfg.runs, cfg.size_mb, cfg.slice_transfer_ms)
     else:
         out = [ese(cfg.runs, alpha=a, per_path=cfg.per_path, delay_us=cfg.delay_us, frozen=cfg.frozen,
                    confirm=cfg.confirm) for a in cfg.alpha]
@@ -562,6 +628,14 @@ def main(argv=None) -> None:
     c.add_argument("--slices", type=float, nargs="+", default=[30, 120, 480])
     c.add_argument("--runs", type=int, default=1)
     c.add_argument("--gate", default="ba", choices=("ba", "ab", "both"))
+    c = sub.add_parser("cubic")
+    c.add_argument("--seconds", type=float, default=15.0)
+    c.add_argument("--runs", type=int, default=2)
+    c.add_argument("--slice-ms", type=float, default=None)
+    c = sub.add_parser("transfer")
+    c.add_argument("--runs", type=int, default=2)
+    c.add_argument("--size-mb", type=float, default=61.0)
+    c.add_argument("--slice-ms", type=float, default=480.0)
     c = sub.add_parser("ese")
     c.add_argument("--runs", type=int, default=10)
     c.add_argument("--alpha", type=float, nargs="+", default=[1.3])
@@ -574,7 +648,7 @@ def main(argv=None) -> None:
     for name, c in sub.choices.items():
         c.add_argument("--plot", metavar="PNG", help="write the figure here")
     c = sub.add_parser("plot", help="the figure of a saved result: plot CMD RESULT.json PNG")
-    c.add_argument("what", choices=("vm", "ese", "lia-shared", "throughput"))
+    c.add_argument("what", choices=("vm", "ese", "lia-shared", "throughput", "cubic", "transfer"))
     c.add_argument("result")
     c.add_argument("png")
     args = ap.parse_args(argv)
@@ -591,6 +665,10 @@ def main(argv=None) -> None:
         out = throughput(args.seconds, args.runs)
     elif args.cmd == "vm":
         out = vm(args.seconds, args.slices, args.runs, gate_dir=args.gate)
+    elif args.cmd == "cubic":
+        out = cubic(args.seconds, args.runs, args.slice_ms)
+    elif args.cmd == "transfer":
+        out = transfer(args.runs, args.size_mb, args.slice_ms)
     else:
         out = [ese(args.runs, alpha=a, per_path=args.per_path, delay_us=args.delay_us, frozen=args.frozen,
                    confirm=args.confirm)

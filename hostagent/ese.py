@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -26,6 +27,8 @@ from hostagent.cc import BPFFS
 log = logging.getLogger("bwfabric.ese")
 MAP = "bwf_ccese"
 EVENT_SIZE = 32
+DRAIN_S = 0.2       # a marked subflow is destroyed once nothing it sent is unacknowledged, or after this
+UNACKED_RE = re.compile(r"\bunacked:(\d+)")
 
 
 class EseCloser:
@@ -34,6 +37,19 @@ class EseCloser:
         self.map: bpfring.HashMap | None = None
         self.closed: list[dict] = []
         self.failed = 0
+        self.stale = 0
+        self.pending: dict[bytes, float] = {}      # key -> when first seen
+        self._purge()
+
+    def _purge(self) -> None:
+        """Entries for our addresses from before this closer (a previous
+        agent's, or a previous test's) name subflows that are gone, or whose
+        port a new one may reuse: dropped unread."""
+        m = self._open()
+        for key, _ in (m.items() if m else []):
+            if bpfring.ESE_KEY.unpack(key)[0] in self.addresses:
+                m.delete(key)
+                self.stale += 1
 
     def _open(self) -> bpfring.HashMap | None:
         if self.map is None and (BPFFS / MAP).exists():
@@ -51,9 +67,17 @@ class EseCloser:
             if saddr not in self.addresses:
                 continue
             ev = bpfring.parse_ese(value)
-            res = subprocess.run(["ss", "-K", "-t", "src", f"{ev.saddr}:{ev.sport}", "dst", f"{ev.daddr}:{ev.dport}"],
-                                 capture_output=True, text=True)
+            where = ["src", f"{ev.saddr}:{ev.sport}", "dst", f"{ev.daddr}:{ev.dport}"]
+            # bwf_mptcpd holds a marked subflow's window at one segment: destroy it once that is acknowledged
+            # (what a destroyed subflow leaves unacknowledged, MPTCP must send again over the others)
+            first = self.pending.setdefault(key, time.monotonic())
+            info = subprocess.run(["ss", "-tniH", *where], capture_output=True, text=True).stdout
+            unacked = UNACKED_RE.search(info)
+            if info.strip() and unacked and int(unacked.group(1)) > 0 and time.monotonic() - first < DRAIN_S:
+                continue
+            res = subprocess.run(["ss", "-K", "-t", *where], capture_output=True, text=True)
             m.delete(key)
+            self.pending.pop(key, None)
             entry = {"src": f"{ev.saddr}:{ev.sport}", "dst": f"{ev.daddr}:{ev.dport}", "token": ev.token,
                      "subflow": ev.sub, "rtt_us": ev.rtt_us, "ref_rtt_us": ev.ref_rtt_us,
                      "min_rtt_us": ev.min_rtt_us, "destroyed": res.returncode == 0 and ev.saddr in res.stdout}

@@ -519,6 +519,11 @@ static __always_inline void ese(struct sock *sk, struct bwf_cc *ca, __u32 rtt)
 	if (++ca->matches < conf(CONF_ESE_CONFIRM, 4))
 		return;
 	ca->closing = 1;
+	/* drain it: one segment in flight at most from now on (cc_cong_avoid
+	 * keeps it there), so that the agent destroys it empty -- data lost
+	 * with a destroyed subflow left a hole the receiver's full buffer could
+	 * not take back (a connection stalled for minutes, 1 in 13 runs) */
+	((struct tcp_sock *)sk)->snd_cwnd = 1;
 	st->closed++;
 	stat(2, 1);
 	ev.token = key.token;
@@ -639,6 +644,10 @@ void BPF_PROG(cc_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	__u64 inc = 0, frac0 = ca->frac, add, cwnd, now = 0, wtot = 0;
 	struct rec *r;
 
+	if (ca->closing) {		/* ESE: draining until the agent destroys it */
+		tp->snd_cwnd = 1;
+		return;
+	}
 	if (!cwnd_limited(tp)) {
 		flags |= F_NOTLIMITED;
 		ca_acked = 0;
