@@ -583,29 +583,33 @@ class Config:
     slice_transfer_ms: float = 480.0
 
 
-def run(cfg: Config, out_dir) -> dict:
-    """The registry's entry: the kind's result (result.json) and figure (figure.png) in ``out_dir``."""
-    from pathlib import Path as FsPath
+def measure(cfg: Config) -> dict | list:
+    """The kind's measurement (the BPF side loaded first)."""
     if cfg.kind not in KINDS:
         raise ValueError(f"kind {cfg.kind!r}: one of {', '.join(KINDS)}")
-    out_dir = FsPath(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     cc.load()
     if cfg.kind == "check":
-        out = check(cfg.seconds)
-    elif cfg.kind == "lia-shared":
-        out = lia_shared(cfg.seconds, cfg.runs)
-    elif cfg.kind == "throughput":
-        out = throughput(cfg.seconds, cfg.runs)
-    elif cfg.kind == "vm":
-        out = vm(cfg.seconds, list(cfg.slices), cfg.runs, gate_dir=cfg.gate)
-    elif cfg.kind == "cubic":
-        out = cubic(cfg.seconds, cfg.runs, cfg.slice_ms or None)
-    elif cfg.kind == "transfer":
-        out = transfer(cfg.runs, cfg.size_mb, cfg.slice_transfer_ms)
-    else:
-        out = [ese(cfg.runs, alpha=a, per_path=cfg.per_path, delay_us=cfg.delay_us, frozen=cfg.frozen,
-                   confirm=cfg.confirm) for a in cfg.alpha]
+        return check(cfg.seconds)
+    if cfg.kind == "lia-shared":
+        return lia_shared(cfg.seconds, cfg.runs)
+    if cfg.kind == "throughput":
+        return throughput(cfg.seconds, cfg.runs)
+    if cfg.kind == "vm":
+        return vm(cfg.seconds, list(cfg.slices), cfg.runs, gate_dir=cfg.gate)
+    if cfg.kind == "cubic":
+        return cubic(cfg.seconds, cfg.runs, cfg.slice_ms or None)
+    if cfg.kind == "transfer":
+        return transfer(cfg.runs, cfg.size_mb, cfg.slice_transfer_ms)
+    return [ese(cfg.runs, alpha=a, per_path=cfg.per_path, delay_us=cfg.delay_us, frozen=cfg.frozen,
+                confirm=cfg.confirm) for a in cfg.alpha]
+
+
+def run(cfg: Config, out_dir) -> dict | list:
+    """The registry's entry: the kind's result (result.json) and figure (figure.png) in ``out_dir``."""
+    from pathlib import Path as FsPath
+    out_dir = FsPath(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = measure(cfg)
     (out_dir / "result.json").write_text(json.dumps(out, indent=1, default=str))
     plot(cfg.kind, out, str(out_dir / "figure.png"))
     print(json.dumps(out, indent=1, default=str))
@@ -640,7 +644,7 @@ def main(argv=None) -> None:
     c.add_argument("--runs", type=int, default=10)
     c.add_argument("--alpha", type=float, nargs="+", default=[1.3])
     c.add_argument("--per-path", type=int, default=1)
-    c.add_argument("--delay-us", type=float, default=250)
+    c.add_argument("--delay-us", type=float, default=2500)
     c.add_argument("--frozen", action="store_true", help="the paper's reference: the sample that set TRIG "
                    "(default: the reference subflow's latest sample)")
     c.add_argument("--confirm", type=int, default=0, help="consecutive matching samples before a closing "
@@ -656,23 +660,13 @@ def main(argv=None) -> None:
         with open(args.result) as f:
             plot(args.what, json.load(f), args.png)
         return
-    cc.load()
-    if args.cmd == "check":
-        out = check(args.seconds)
-    elif args.cmd == "lia-shared":
-        out = lia_shared(args.seconds, args.runs)
-    elif args.cmd == "throughput":
-        out = throughput(args.seconds, args.runs)
-    elif args.cmd == "vm":
-        out = vm(args.seconds, args.slices, args.runs, gate_dir=args.gate)
-    elif args.cmd == "cubic":
-        out = cubic(args.seconds, args.runs, args.slice_ms)
-    elif args.cmd == "transfer":
-        out = transfer(args.runs, args.size_mb, args.slice_ms)
-    else:
-        out = [ese(args.runs, alpha=a, per_path=args.per_path, delay_us=args.delay_us, frozen=args.frozen,
-                   confirm=args.confirm)
-               for a in args.alpha]
+    given = {k: v for k, v in vars(args).items() if v is not None and k not in ("cmd", "plot")}
+    if args.cmd == "transfer" and "slice_ms" in given:
+        given["slice_transfer_ms"] = given.pop("slice_ms")
+    for k in ("slices", "alpha"):
+        if k in given:
+            given[k] = tuple(given[k])
+    out = measure(Config(kind=args.cmd, **given))
     print(json.dumps(out, indent=1, default=str))
     if args.plot:
         plot(args.cmd, out, args.plot)

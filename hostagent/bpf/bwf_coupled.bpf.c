@@ -152,7 +152,7 @@ struct {
 } bwf_ccconn SEC(".maps");
 
 /* The private state, in icsk_ca_priv (13 u64). Words 1 and 2 are read by
- * the siblings; their layout is fixed (see sib_read). */
+ * the siblings; their layout is fixed (see siblings()). */
 struct bwf_cc {
 	__u64 frac;		/* word 0: the window's fraction, Q30 */
 	__u32 srtt8;		/* word 1 lo: our sRTT x 8, us; 0 = no sample yet */
