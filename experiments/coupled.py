@@ -48,7 +48,9 @@ SENDER = textwrap.dedent('''
     dst, secs, proto = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     src = sys.argv[4] if len(sys.argv) > 4 else None
     size = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    cc = sys.argv[6] if len(sys.argv) > 6 else ""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+    if cc: s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())   # root: any registered one
     if src: s.bind((src, 0))
     s.connect((dst, %d)); buf = b"x" * 65536; sent = 0; t0 = time.time()
     while (size and sent < size) or (not size and time.time() - t0 < secs):
@@ -236,10 +238,12 @@ def stats() -> dict:
 
 
 def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: float = 2.0,
-              size: int = 0) -> dict:
+              size: int = 0, tcp_cc: str = "reno") -> dict:
     """``mptcp`` MPTCP connections from A's first address and ``tcp``
-    plain TCP flows (on path 1); returns each one's goodput (Mb/s, after
-    ``warm`` s) and duration."""
+    plain TCP flows (on path 1, congestion control ``tcp_cc``: a new
+    namespace's default is the host's, and only the init namespace may
+    change it to one not in tcp_allowed_congestion_control); returns each
+    one's goodput (Mb/s, after ``warm`` s) and duration."""
     sink = subprocess.Popen(["ip", "netns", "exec", bed.b, sys.executable, "-c", SINK, str(mptcp + tcp), str(warm)],
                             stdout=subprocess.PIPE, text=True)
     assert sink.stdout.readline().strip() == "ready"
@@ -247,7 +251,8 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
     for k in range(mptcp + tcp):
         proto = 262 if k < mptcp else 6
         procs.append(subprocess.Popen(["ip", "netns", "exec", bed.a, sys.executable, "-c", SENDER, bed.dst,
-                                       str(seconds), str(proto), bed.addrs(0)[0], str(size)],
+                                       str(seconds), str(proto), bed.addrs(0)[0], str(size),
+                                       tcp_cc if proto == 6 else ""],
                                       stdout=subprocess.PIPE, text=True))
         time.sleep(0.05)
     for p in procs:
@@ -324,7 +329,6 @@ def lia_shared(seconds: float, runs: int, delay_us: float = 2500, mbps: float = 
         ratios = []
         for _ in range(runs):
             with testbed([Path(delay_us, mbps, addrs=2, queue_bytes=int(2 * bdp))]) as bed:
-                sh("ip", "netns", "exec", bed.a, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=reno")
                 if kind != "tcp":
                     select(bed.all_addrs(), kind)
                 try:
@@ -426,10 +430,9 @@ def cubic(seconds: float, runs: int, slice_ms: float | None = None) -> dict:
         rows = []
         for _ in range(runs):
             with testbed([Path(250, 100, gate=gate), Path(250, 100, gate=gate)]) as bed:
-                sh("ip", "netns", "exec", bed.a, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
                 select(bed.all_addrs(), kind)
                 try:
-                    f = run_flows(bed, seconds, mptcp=1, tcp=1)["flows"]
+                    f = run_flows(bed, seconds, mptcp=1, tcp=1, tcp_cc="cubic")["flows"]
                 finally:
                     select(bed.all_addrs(), "bgwc")
             rows.append({"mptcp_mbps": f[0]["mbps"], "cubic_mbps": f[1]["mbps"]})
