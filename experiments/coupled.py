@@ -243,28 +243,66 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
     plain TCP flows (on path 1, congestion control ``tcp_cc``: a new
     namespace's default is the host's, and only the init namespace may
     change it to one not in tcp_allowed_congestion_control); returns each
-    one's goodput (Mb/s, after ``warm`` s) and duration."""
-    sink = subprocess.Popen(["ip", "netns", "exec", bed.b, sys.executable, "-c", SINK, str(mptcp + tcp), str(warm)],
-                            stdout=subprocess.PIPE, text=True)
+    one's goodput (Mb/s, after ``warm`` s) and duration, and the CPU time
+    the endpoints' processes used (see :func:`_cgroup`)."""
+    cg = _cgroup()
+    sink = subprocess.Popen(_in_cgroup(cg, ["ip", "netns", "exec", bed.b, sys.executable, "-c", SINK,
+                                            str(mptcp + tcp), str(warm)]), stdout=subprocess.PIPE, text=True)
     assert sink.stdout.readline().strip() == "ready"
     procs = []
     for k in range(mptcp + tcp):
         proto = 262 if k < mptcp else 6
-        procs.append(subprocess.Popen(["ip", "netns", "exec", bed.a, sys.executable, "-c", SENDER, bed.dst,
-                                       str(seconds), str(proto), bed.addrs(0)[0], str(size),
-                                       tcp_cc if proto == 6 else ""],
+        procs.append(subprocess.Popen(_in_cgroup(cg, ["ip", "netns", "exec", bed.a, sys.executable, "-c", SENDER,
+                                                      bed.dst, str(seconds), str(proto), bed.addrs(0)[0], str(size),
+                                                      tcp_cc if proto == 6 else ""]),
                                       stdout=subprocess.PIPE, text=True))
         time.sleep(0.05)
     for p in procs:
         p.communicate(timeout=seconds + 30)
     got = json.loads(sink.communicate(timeout=60)[0])
+    cpu_s = _cgroup_done(cg)
     # the sink numbers connections by accept order; senders started 50 ms apart are accepted in that order
     out = []
     for k in range(mptcp + tcp):
         g = got[str(k)]
         out.append({"kind": "mptcp" if k < mptcp else "tcp", "seconds": g["seconds"],
-                    "mbps": g["bytes"] * 8 / 1e6 / max(g["measured_s"], 1e-9)})
-    return {"flows": out}
+                    "mbps": g["bytes"] * 8 / 1e6 / max(g["measured_s"], 1e-9), "bytes": g["bytes"]})
+    return {"flows": out, "endpoint_cpu_s": cpu_s}
+
+
+def _cgroup():
+    """A cgroup v2 directory of its own for the run's senders and receiver:
+    their CPU time (cpu.stat usage_usec) counts their system calls and the
+    protocol work done in them -- the hosts' share, without the delay
+    lines'. None where cgroup v2 is not mounted."""
+    try:
+        root = cc.cgroup2_root()
+    except cc.CcError:
+        return None
+    d = root / f"bwf-coupled-{uuid.uuid4().hex[:8]}"
+    d.mkdir()
+    return d
+
+
+def _in_cgroup(cg, cmd: list[str]) -> list[str]:
+    if cg is None:
+        return cmd
+    return ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *cmd]
+
+
+def _cgroup_done(cg) -> float | None:
+    if cg is None:
+        return None
+    try:
+        stat = dict(line.split() for line in (cg / "cpu.stat").read_text().splitlines())
+        return int(stat["usage_usec"]) / 1e6
+    finally:
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:          # its processes not reaped yet
+                time.sleep(0.1)
 
 
 def check(seconds: float = 8.0) -> dict:
@@ -348,25 +386,13 @@ def lia_shared(seconds: float, runs: int, delay_us: float = 2500, mbps: float = 
     return out
 
 
-def cpu_jiffies(bed: "Bed | None" = None) -> int:
-    """busy time of the whole machine (user, nice, system, irq, softirq), in
-    USER_HZ ticks, less the delay lines' own (they stand for the wire; they
-    poll and spin whatever the traffic)"""
-    f = open("/proc/stat").readline().split()
-    busy = sum(int(x) for x in (f[1], f[2], f[3], f[6], f[7]))
-    for line in (bed.lines if bed else []):
-        with contextlib.suppress(OSError, AttributeError):
-            st = open(f"/proc/{line.proc.pid}/stat").read().rsplit(")", 1)[1].split()
-            busy -= int(st[11]) + int(st[12])        # utime, stime (fields 14 and 15)
-    return busy
-
-
 def throughput(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled")) -> dict:
     """Goodput of each control on two disjoint paths of unequal delay (50
     Mb/s each, 0.5 and 2 ms RTT) and on one shared bottleneck (two
-    subflows, 50 Mb/s, 5 ms RTT); and host CPU time per byte delivered (the
-    energy proxy: this machine otherwise idle, no RAPL here) for these and
-    one TCP flow on the shared bottleneck with four subflows."""
+    subflows, 50 Mb/s, 5 ms RTT); and the energy proxy (no RAPL here): the
+    CPU time of the sending and receiving processes -- their system calls
+    and the protocol work done in them, not the delay lines' -- per GB
+    delivered, for these and one TCP flow."""
     setups = {"disjoint": lambda: [Path(250, 50), Path(1000, 50)],
               "shared_2": lambda: [Path(2500, 50, addrs=2)],
               "shared_4": lambda: [Path(2500, 50, addrs=4)]}
@@ -382,15 +408,14 @@ def throughput(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled"))
                         select(bed.all_addrs(), kind)
                     try:
                         with closer(bed):
-                            j0 = cpu_jiffies(bed)
-                            f = run_flows(bed, seconds, mptcp=int(kind != "tcp"), tcp=int(kind == "tcp"),
-                                          warm=0.0)["flows"][0]
-                            j1 = cpu_jiffies(bed)
+                            res = run_flows(bed, seconds, mptcp=int(kind != "tcp"), tcp=int(kind == "tcp"),
+                                            warm=0.0)
                     finally:
                         select(bed.all_addrs(), "bgwc")
+                f = res["flows"][0]
                 vals.append(f["mbps"])
-                delivered = f["mbps"] * 1e6 / 8 * f["seconds"]
-                cpu.append((j1 - j0) / 100 / (delivered / 1e9))     # CPU seconds per GB
+                if res["endpoint_cpu_s"] is not None and f["bytes"]:
+                    cpu.append(res["endpoint_cpu_s"] / (f["bytes"] / 1e9))     # CPU seconds per GB
             out[f"{name}/{kind}"] = {"mbps": vals, "cpu_s_per_gb": cpu}
     return out
 
