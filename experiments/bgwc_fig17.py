@@ -24,13 +24,13 @@ import json
 import re
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.delayline import sh
+from experiments.coupled import SENDER, SINK
 from controller.contract import TOS_MASK, TOS_WC
 from hostagent import cc
 from hostagent.channel import host_key, write_secret
@@ -40,25 +40,6 @@ from mininet_topos.delayline import DelayLine, offloads_off
 REPO = Path(__file__).resolve().parents[1]
 MASTER = bytes(range(7, 39))
 IPS = {"a": "10.78.9.1", "b": "10.78.9.2"}
-SERVER = textwrap.dedent('''
-    import socket
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 5001)); s.listen(4); print("ready", flush=True)
-    c, _ = s.accept(); n = 0
-    while True:
-        b = c.recv(1 << 16)
-        if not b: break
-        n += len(b)
-    print(n, flush=True)
-''')
-CLIENT = textwrap.dedent('''
-    import socket, sys, time
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
-    s.connect((sys.argv[1], 5001)); end = time.time() + float(sys.argv[2]); buf = b"x" * 65536
-    while time.time() < end: s.sendall(buf)
-    s.close()
-''')
 CLASS_RE = re.compile(r"class htb (\S+) .*?\n\s*Sent (\d+) bytes", re.S)
 
 
@@ -133,11 +114,12 @@ def one(cfg: Config, beta: float, tmp: Path) -> dict:
                  DelayLine("xa", "xb", cfg.base_delay_us, netns=names["m"], tos=wc_tos,
                            step_us=cfg.step_ms * 1000 / 2, step_every_s=cfg.every_s).start()]
         t0 = time.monotonic()
-        server = subprocess.Popen(["ip", "netns", "exec", names["b"], sys.executable, "-c", SERVER],
+        # one MPTCP connection (experiments.coupled's sender and sink)
+        server = subprocess.Popen(["ip", "netns", "exec", names["b"], sys.executable, "-c", SINK, "1", "0"],
                                   stdout=subprocess.PIPE, text=True)
         server.stdout.readline()
-        client = subprocess.Popen(["ip", "netns", "exec", names["a"], sys.executable, "-c", CLIENT, IPS["b"],
-                                   str(cfg.seconds)])
+        client = subprocess.Popen(["ip", "netns", "exec", names["a"], sys.executable, "-c", SENDER, IPS["b"],
+                                   str(cfg.seconds), "262"], stdout=subprocess.DEVNULL)
         samples, prev = [], None
         while client.poll() is None:
             time.sleep(cfg.sample_s)
