@@ -199,9 +199,12 @@ class Agent:
             cfg = self.config
         if cfg is None or cfg.mptcp_cc != "mptcp_d":
             return "idle"
+        # one closer per VM address: a new one drops the entries it finds (stale), so it is made only
+        # when the address changes
         closer = getattr(self, "ese", None)
-        if closer is None or closer.addresses != EseCloser([str(cfg.address)]).addresses:
-            closer = self.ese = EseCloser([str(cfg.address)])
+        if closer is None or getattr(self, "ese_address", None) != str(cfg.address):
+            closer, self.ese_address = EseCloser([str(cfg.address)]), str(cfg.address)
+            self.ese = closer
         return "closed" if closer.round() else "idle"
 
     def ese_loop(self, period_s: float = 0.05) -> None:
