@@ -117,7 +117,7 @@ class Bed:
 
 
 @contextlib.contextmanager
-def testbed(paths: list[Path], sender_cc: str = "reno"):
+def testbed(paths: list[Path]):
     """A, B and one delay-line namespace per path; yields a :class:`Bed`.
     Everything it made is removed by name on the way out."""
     tag = uuid.uuid4().hex[:5]
@@ -349,11 +349,6 @@ def closer(bed: Bed):
         th.join(2)
 
 
-def subflow_count(bed: Bed) -> int:
-    text = sh("ip", "netns", "exec", bed.a, "ss", "-tniH", "dst", f"{bed.dst}:{PORT}", check=False).stdout
-    return text.count("tcp-ulp-mptcp")
-
-
 def lia_shared(seconds: float, runs: int, delay_us: float = 2500, mbps: float = 50) -> dict:
     """RFC 6356's goal on a shared bottleneck: one MPTCP connection of two
     subflows and one Reno TCP flow through the same token bucket (50 Mb/s,
@@ -485,7 +480,7 @@ def transfer(runs: int, size_mb: float = 61.0, slice_ms: float = 480.0) -> dict:
     return out
 
 
-def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, delay_us: float = 250,
+def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, delay_us: float = 2500,
         frozen: bool = False, confirm: int = 0) -> dict:
     """MPTCP-D's extra-subflow elimination: ``per_path`` + 1 subflows on one
     bottleneck (a closing there is right: TP) and ``per_path`` subflows on
