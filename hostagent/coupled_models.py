@@ -214,20 +214,66 @@ class LiaVm(Lia):
         return s.cwnd
 
 
+class EseRule:
+    """ESE's decision for one connection, sample by sample (the model and
+    the replay of a BPF trace share it): TRIG and the reference subflow,
+    and each subflow's run of matching samples."""
+
+    def __init__(self, alpha: float = ESE_ALPHA, beta: float = ESE_BETA, candidates: int = ESE_SAMPLES,
+                 frozen: bool = False, confirm: int = ESE_CONFIRM):
+        self.a, self.b = _positive("alpha", alpha), _positive("beta", beta)
+        self.candidates = int(_positive("candidates", candidates))
+        self.frozen, self.confirm = frozen, int(_positive("confirm", confirm))
+        self.trig = False
+        self.ref_rtt: float | None = None
+        self.ref_sub = None
+        self.matches: dict = {}
+
+    def step(self, sub, rtt: float, min_rtt: float, samples: int, latest_ref: float | None = None,
+             first: bool = False, live: int = 2) -> bool:
+        """One RTT sample of subflow ``sub``; True: close it. ``latest_ref``:
+        the reference subflow's latest sample (None: not known, the one
+        that raised TRIG is used); ``first``: the connection's first
+        subflow (never closed); ``live``: the connection's subflows."""
+        if samples > self.candidates:
+            return False
+        if rtt <= self.a * min_rtt:
+            self.matches[sub] = 0
+            return False
+        if not self.trig:
+            self.trig, self.ref_rtt, self.ref_sub = True, rtt, sub
+            return False
+        if sub == self.ref_sub or first:
+            return False
+        ref = self.ref_rtt if self.frozen or latest_ref is None else latest_ref
+        if not (abs(rtt - ref) < self.b * min_rtt and live > 1):
+            self.matches[sub] = 0
+            return False
+        self.matches[sub] = self.matches.get(sub, 0) + 1
+        return self.matches[sub] >= self.confirm
+
+
 class MptcpD(Coupled):
     """MPTCP-D's window increase and extra-subflow elimination."""
 
     def __init__(self, ese: bool = True, alpha: float = ESE_ALPHA, beta: float = ESE_BETA,
                  candidates: int = ESE_SAMPLES, frozen: bool = False, confirm: int = ESE_CONFIRM):
         super().__init__()
-        self.frozen, self.confirm = frozen, int(_positive("confirm", confirm))
-        self.matches: dict = {}
-        self.ese, self.a, self.b = ese, _positive("alpha", alpha), _positive("beta", beta)
-        self.candidates = int(_positive("candidates", candidates))
-        self.trig = False
-        self.ref_rtt: float | None = None
-        self.ref_subflow = None
+        self.ese = ese
+        self.rule = EseRule(alpha, beta, candidates, frozen, confirm)
         self.closed_by_ese: list = []
+
+    @property
+    def trig(self) -> bool:
+        return self.rule.trig
+
+    @property
+    def ref_rtt(self) -> float | None:
+        return self.rule.ref_rtt
+
+    @property
+    def matches(self) -> dict:
+        return self.rule.matches
 
     def psi(self, r) -> float:
         live = [s.rtt for s in self.live().values() if s.rtt]
@@ -247,24 +293,11 @@ class MptcpD(Coupled):
         return s.cwnd
 
     def _eliminate(self, r, s: Subflow) -> None:
-        if s.samples > self.candidates:
-            return
-        if s.rtt <= self.a * s.min_rtt:
-            self.matches[r] = 0
-            return
-        if not self.trig:
-            self.trig, self.ref_rtt, self.ref_subflow = True, s.rtt, r
-            return
-        ref = self.ref_rtt
-        if not self.frozen and self.ref_subflow in self.live():
-            ref = self.subflows[self.ref_subflow].rtt
-        if r == self.ref_subflow or r == next(iter(self.subflows)):
-            return
-        if not (abs(s.rtt - ref) < self.b * s.min_rtt and len(self.live()) > 1):
-            self.matches[r] = 0
-            return
-        self.matches[r] = self.matches.get(r, 0) + 1
-        if self.matches[r] >= self.confirm:
+        live = self.live()
+        ref = self.rule.ref_sub
+        latest = self.subflows[ref].rtt if ref in live else None
+        if self.rule.step(r, s.rtt, s.min_rtt, s.samples, latest, first=r == next(iter(self.subflows)),
+                          live=len(live)):
             s.closed = True
             self.closed_by_ese.append(r)
 
@@ -322,7 +355,7 @@ def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_al
     srtt: dict = {}                 # (conn, sub) -> the model's sRTT (us)
     minr: dict = {}                 # (conn, sub) -> least sample before this one
     recent: dict = {}               # (conn, sub) -> BucketMax (LIA-VM)
-    ese: dict = {}                  # conn -> [trig, ref_rtt, ref_sub]
+    ese: dict = {}                  # conn -> EseRule
     latest: dict = {}               # (conn, sub) -> its latest sample (us)
     for rec in records:
         key = (rec.conn, rec.sub)
@@ -341,7 +374,10 @@ def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_al
             if key in srtt:
                 rep.worst_srtt_us = max(rep.worst_srtt_us, abs(srtt[key] - rec.srtt8 / 8))
             if rec.kind == KIND_MPTCPD and key not in rep.ese_expected:
-                _ese_step(ese, rep, rec, ese_alpha, ese_beta, candidates, None if frozen else latest, confirm)
+                rule = ese.setdefault(rec.conn, EseRule(ese_alpha, ese_beta, candidates, frozen, confirm))
+                if rule.step(rec.sub, rec.rtt, rec.min_rtt, rec.samples, latest.get((rec.conn, rule.ref_sub)),
+                             first=bool(rec.flags & F_FIRST)):
+                    rep.ese_expected.add(key)
             latest[key] = rec.rtt
         elif rec.type == REC_INCREASE:
             _check_increase(rep, rec, recent, delta_s)
@@ -350,30 +386,6 @@ def replay(records, theta: float = VM_THETA, delta_s: float = VM_DELTA_S, ese_al
         elif rec.type == REC_ESE:
             rep.ese_seen.add(key)
     return rep
-
-
-def _ese_step(ese: dict, rep: ReplayReport, rec, a: float, b: float, candidates: int,
-              latest: dict | None, confirm: int) -> None:
-    matches = ese.setdefault("matches", {})
-    key = (rec.conn, rec.sub)
-    if rec.samples > candidates:
-        return
-    if rec.rtt <= a * rec.min_rtt:
-        matches[key] = 0
-        return
-    st = ese.setdefault(rec.conn, [False, 0, None])
-    if not st[0]:
-        st[:] = [True, rec.rtt, rec.sub]
-        return
-    if rec.sub == st[2] or rec.flags & F_FIRST:
-        return
-    ref = st[1] if latest is None else latest.get((rec.conn, st[2]), st[1])
-    if abs(rec.rtt - ref) >= b * rec.min_rtt:
-        matches[key] = 0
-        return
-    matches[key] = matches.get(key, 0) + 1
-    if matches[key] >= confirm:
-        rep.ese_expected.add(key)
 
 
 def _check_increase(rep: ReplayReport, rec, recent: dict, delta_s: float) -> None:
