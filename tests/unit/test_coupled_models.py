@@ -162,7 +162,7 @@ def test_unknown_subflows_refused():
     assert math.isinf(m.subflows["a"].ssthresh)
 
 
-@given(st.sampled_from(["delay_us", "jitter_us", "on_ms", "off_ms", "off_gap_us"]),
+@given(st.sampled_from(["delay_us", "jitter_us", "on_ms", "off_ms", "off_gap_us", "step_us", "step_every_s"]),
        st.one_of(st.just(float("nan")), st.just(float("inf")), st.floats(max_value=-1e-9), st.text(max_size=2)))
 def test_delay_line_options_refused_by_name(name, bad):
     from mininet_topos.delayline import DelayLine, DelayLineError
@@ -183,6 +183,13 @@ def test_delay_line_options_checked_together():
     assert DelayLine("xa", "xb", 100, on_ms=30, off_ms=90, gate="ba").args()[-1] == "ba"
     with pytest.raises(DelayLineError, match="gate"):
         DelayLine("xa", "xb", 100, on_ms=30, off_ms=90, gate="up").args()
+    # the ToS filters and the delay step
+    assert DelayLine("xa", "xb", 100, tos=(0x20, 0xfc), step_us=500, step_every_s=15).args()[-6:] == \
+        ["--tos", "0x20/0xfc", "--step-us", "500", "--step-every-s", "15"]
+    for bad in ({"tos": (0x20, 0xfc), "not_tos": (0x20, 0xfc)}, {"tos": (256, 0xfc)}, {"not_tos": "0x20"},
+                {"step_us": 500}, {"step_every_s": 15}):
+        with pytest.raises(DelayLineError, match="tos|step"):
+            DelayLine("xa", "xb", 100, **bad).args()
 
 
 def _rec(**kw):
