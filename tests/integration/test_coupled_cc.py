@@ -24,10 +24,15 @@ GATED = [C.Path(250, 50, gate={"on_ms": 30, "off_ms": 90, "off_gap_us": 5000}), 
 
 @pytest.fixture(scope="module")
 def loaded():
+    loaded_before = cc.cc_registered()
     cc.load()
-    if not cc.coupled_registered():
-        pytest.skip(cc.coupled_supported() or "bwf_coupled did not register")
-    yield
+    try:
+        if not cc.coupled_registered():
+            pytest.skip(cc.coupled_supported() or "bwf_coupled did not register")
+        yield
+    finally:
+        if not loaded_before:           # leave the machine as found
+            cc.unload()
 
 
 def traced(kind, paths, seconds=3.0):
