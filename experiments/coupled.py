@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -92,6 +93,7 @@ class Path:
     addrs: int = 1                   # subflow source addresses on this path
     gate: dict | None = None         # DelayLine gating options (VM scheduling)
     queue_bytes: int | None = None   # the token bucket's FIFO; default 2 x the bandwidth-delay product, >= 150 kB
+    spin_us: float | None = None     # the delay line's spinning margin (None: its default; 0 for CPU measurements)
 
 
 @dataclass
@@ -101,6 +103,7 @@ class Bed:
     paths: list
     lines: list = field(default_factory=list)
     ns: list = field(default_factory=list)
+    line_stats: list = field(default_factory=list)   # each delay line's statistics, once stopped
 
     def addrs(self, i: int) -> list[str]:
         return [f"10.78.{i + 1}.{1 + 10 * j}" for j in range(self.paths[i].addrs)]
@@ -152,7 +155,7 @@ def testbed(paths: list[Path]):
             sh("ip", "netns", "exec", a, "ip", "route", "add", "default", "dev", ai, "table", str(100 + i))
             for addr in bed.addrs(i):
                 sh("ip", "netns", "exec", a, "ip", "rule", "add", "from", addr, "table", str(100 + i))
-            bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, **(p.gate or {})).start())
+            bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, spin_us=p.spin_us, **(p.gate or {})).start())
         for n in (a, b):
             sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.mptcp.enabled=1")
             sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
@@ -176,7 +179,7 @@ def testbed(paths: list[Path]):
             select(bed.receiver_addrs(), "bgwc")
         for line in bed.lines:
             with contextlib.suppress(Exception):
-                line.stop()
+                bed.line_stats.append(line.stop())
         for n in bed.ns:
             sh("ip", "netns", "del", n, check=False)
 
@@ -237,6 +240,12 @@ def stats() -> dict:
     return vals
 
 
+class Stalled(RuntimeError):
+    """A run's connection stopped delivering (upstream MPTCP can leave a
+    hole at the connection level when a subflow is destroyed with data
+    the others have to resend; see docs/coupled.md)."""
+
+
 def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: float = 2.0,
               size: int = 0, tcp_cc: str = "reno") -> dict:
     """``mptcp`` MPTCP connections from A's first address and ``tcp``
@@ -246,6 +255,7 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
     one's goodput (Mb/s, after ``warm`` s) and duration, and the CPU time
     the endpoints' processes used (see :func:`_cgroup`)."""
     cg = _cgroup()
+    machine0, lines0 = machine_cpu_s(), [ln.cpu_seconds() for ln in bed.lines]
     sink = subprocess.Popen(_in_cgroup(cg, ["ip", "netns", "exec", bed.b, sys.executable, "-c", SINK,
                                             str(mptcp + tcp), str(warm)]), stdout=subprocess.PIPE, text=True)
     assert sink.stdout.readline().strip() == "ready"
@@ -257,17 +267,39 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
                                                       tcp_cc if proto == 6 else ""]),
                                       stdout=subprocess.PIPE, text=True))
         time.sleep(0.05)
-    for p in procs:
-        p.communicate(timeout=seconds + 30)
-    got = json.loads(sink.communicate(timeout=60)[0])
+    try:
+        for p in procs:
+            p.communicate(timeout=seconds + 30)
+        got = json.loads(sink.communicate(timeout=60)[0])
+    except subprocess.TimeoutExpired:
+        for p in (*procs, sink):
+            p.kill()
+            p.wait(5)
+        _cgroup_done(cg)
+        raise Stalled(f"a connection moved nothing for 30 s past its {seconds:g} s") from None
+    machine1, lines1 = machine_cpu_s(), [ln.cpu_seconds() for ln in bed.lines]
     cpu_s = _cgroup_done(cg)
+    line_s = None if None in lines0 + lines1 else sum(lines1) - sum(lines0)
     # the sink numbers connections by accept order; senders started 50 ms apart are accepted in that order
     out = []
     for k in range(mptcp + tcp):
         g = got[str(k)]
         out.append({"kind": "mptcp" if k < mptcp else "tcp", "seconds": g["seconds"],
                     "mbps": g["bytes"] * 8 / 1e6 / max(g["measured_s"], 1e-9), "bytes": g["bytes"]})
-    return {"flows": out, "endpoint_cpu_s": cpu_s}
+    return {"flows": out, "endpoint_cpu_s": cpu_s, "machine_cpu_s": machine1 - machine0, "lines_cpu_s": line_s}
+
+
+def machine_cpu_s() -> float:
+    """The machine's busy CPU time so far, in seconds, to the microsecond:
+    wall time x CPUs less /proc/stat's idle and iowait, which NO_HZ
+    measures exactly (its busy columns are tick samples, which miss the
+    short wake-ups a packet-moving machine is made of: the delay lines'
+    own exact run time came out above them)."""
+    with open("/proc/stat") as f:
+        vals = [int(x) for x in f.readline().split()[1:]]
+        t = time.monotonic()
+    idle = (vals[3] + vals[4]) / os.sysconf("SC_CLK_TCK")
+    return t * os.cpu_count() - idle
 
 
 def _cgroup():
@@ -381,22 +413,65 @@ def lia_shared(seconds: float, runs: int, delay_us: float = 2500, mbps: float = 
     return out
 
 
+BLAST = textwrap.dedent('''
+    import socket, sys, time
+    dst, n = sys.argv[1], int(sys.argv[2])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    buf = b"x" * 1400
+    for i in range(n):
+        s.sendto(buf, (dst, 9))
+        if i % 50 == 49:
+            time.sleep(0.004)          # ~ 140 Mb/s: below what the line carries, so it drops nothing
+''')
+
+
+def wire_cost(frames: int = 200000) -> dict:
+    """What the delay line itself costs per frame it moves (its exact run
+    time / frames), with the receiver dropping the frames at its interface
+    (an nftables netdev ingress rule, before the IP stack; this kernel has no tc classifiers) so that no receiving stack's work
+    runs inside the line's system calls. The energy proxy's ``hosts``
+    figure subtracts this times the frames the lines moved."""
+    with testbed([Path(2500, 1000, spin_us=0)]) as bed:
+        subprocess.run(["ip", "netns", "exec", bed.b, "nft", "-f", "-"], check=True, text=True,
+                       input="table netdev wire {\n chain in {\n type filter hook ingress device b0 priority 0;\n"
+                             " ip protocol udp drop\n }\n}\n")
+        sh("ip", "netns", "exec", bed.a, "ping", "-c", "1", "-W", "1", bed.dst, check=False)   # ARP resolved first
+        line = bed.lines[0]
+        c0 = line.cpu_seconds()
+        sh("ip", "netns", "exec", bed.a, sys.executable, "-c", BLAST, bed.dst, str(frames))
+        time.sleep(0.1)                # the last frames' hold
+        c1 = line.cpu_seconds()
+    st = bed.line_stats[0]
+    moved = st["a_to_b"]["frames"] + st["b_to_a"]["frames"]
+    return {"frames": moved, "drops": st["a_to_b"]["drops"], "cpu_s": c1 - c0,
+            "us_per_frame": (c1 - c0) / max(moved, 1) * 1e6}
+
+
 def throughput(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled")) -> dict:
     """Goodput of each control on two disjoint paths of unequal delay (50
-    Mb/s each, 0.5 and 2 ms RTT) and on one shared bottleneck (two
-    subflows, 50 Mb/s, 5 ms RTT); and the energy proxy (no RAPL here): the
-    CPU time of the sending and receiving processes -- their system calls
-    and the protocol work done in them, not the delay lines' -- per GB
-    delivered, for these and one TCP flow."""
-    setups = {"disjoint": lambda: [Path(250, 50), Path(1000, 50)],
-              "shared_2": lambda: [Path(2500, 50, addrs=2)],
-              "shared_4": lambda: [Path(2500, 50, addrs=4)]}
-    out: dict = {}
+    Mb/s each, 0.5 and 2 ms RTT) and on one shared bottleneck (two or four
+    subflows, 50 Mb/s, 5 ms RTT); and the energy proxy (no RAPL here): CPU
+    time per GB delivered, for these and one TCP flow, three ways --
+    ``machine``: the busy time of the whole (otherwise idle) machine
+    (:func:`machine_cpu_s`); ``hosts``: that less the wire's share, the
+    frames the delay lines moved times their calibrated cost per frame
+    (:func:`wire_cost`; the lines' own run time cannot be subtracted as
+    it is: the receiving stacks run inside their system calls);
+    ``endpoints``: the sending and
+    receiving processes' cgroup (their system calls and the protocol work
+    done in them). The delay lines do not spin here (``spin_us=0``): a
+    spinning line's time tracks idle gaps, not traffic."""
+    setups = {"disjoint": lambda: [Path(250, 50, spin_us=0), Path(1000, 50, spin_us=0)],
+              "shared_2": lambda: [Path(2500, 50, addrs=2, spin_us=0)],
+              "shared_4": lambda: [Path(2500, 50, addrs=4, spin_us=0)]}
+    wire = wire_cost()
+    out: dict = {"wire": wire}
     for name, paths in setups.items():
         for kind in (*kinds, "tcp"):
             if kind == "tcp" and name == "disjoint":
                 continue
-            vals, cpu = [], []
+            vals: list = []
+            cpu: dict = {"machine": [], "hosts": [], "endpoints": []}
             for _ in range(runs):
                 with testbed(paths()) as bed:
                     if kind != "tcp":
@@ -409,8 +484,13 @@ def throughput(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled"))
                         select(bed.all_addrs(), "bgwc")
                 f = res["flows"][0]
                 vals.append(f["mbps"])
-                if res["endpoint_cpu_s"] is not None and f["bytes"]:
-                    cpu.append(res["endpoint_cpu_s"] / (f["bytes"] / 1e9))     # CPU seconds per GB
+                gb = f["bytes"] / 1e9
+                frames = sum(st[d]["frames"] for st in bed.line_stats for d in ("a_to_b", "b_to_a"))
+                if gb:
+                    cpu["machine"].append(res["machine_cpu_s"] / gb)
+                    cpu["hosts"].append((res["machine_cpu_s"] - frames * wire["us_per_frame"] / 1e6) / gb)
+                    if res["endpoint_cpu_s"] is not None:
+                        cpu["endpoints"].append(res["endpoint_cpu_s"] / gb)
             out[f"{name}/{kind}"] = {"mbps": vals, "cpu_s_per_gb": cpu}
     return out
 
@@ -498,24 +578,169 @@ def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, 
                     [Path(delay_us, 50, addrs=per_path), Path(delay_us, 50, addrs=per_path)]
                 with testbed(paths) as bed:
                     select(bed.all_addrs(), "mptcp_d")
-                    with closer(bed) as closed:
-                        flows = run_flows(bed, seconds, mptcp=1, warm=0.5)["flows"]
-                    select(bed.all_addrs(), "bgwc")
+                    try:
+                        with closer(bed) as closed:
+                            flows = run_flows(bed, seconds, mptcp=1, warm=0.5)["flows"]
+                    except Stalled:
+                        res[setup].append({"stalled": True, "closed": len(closed)})
+                        continue
+                    finally:
+                        select(bed.all_addrs(), "bgwc")
                 by_path: dict = {}
                 for c in closed:
                     p = c["src"].split(".")[2]
                     by_path[p] = by_path.get(p, 0) + 1
                 res[setup].append({"closed": len(closed), "destroyed": sum(c["destroyed"] for c in closed),
+                                   "forced": sum(1 for c in closed if c.get("held_at_close")),
+                                   "drain_s": [c.get("drain_s") for c in closed],
                                    "by_path": by_path, "mbps": flows[0]["mbps"]})
     finally:
         set_conf(CONF["ese_alpha"], 0)
         set_conf(CONF["ese_frozen"], 0)
         set_conf(CONF["ese_confirm"], 0)
-    n = max(1, len(res["shared"]))
-    res["tp"] = sum(1 for r in res["shared"] if r["closed"]) / n
+    done = {k: [r for r in res[k] if not r.get("stalled")] for k in ("shared", "disjoint")}
+    res["stalled"] = {k: len(res[k]) - len(done[k]) for k in done}
+    n = max(1, len(done["shared"]))
+    res["tp"] = sum(1 for r in done["shared"] if r["closed"]) / n
+    # the shared bottleneck's 2 x per_path subflows: all but one are extra (the paper's closing success)
+    res["closing_success"] = sum(min(r["closed"], 2 * per_path - 1) for r in done["shared"]) / n / (2 * per_path - 1)
     # wrong: a disjoint path left with none of its subflows
-    res["fp"] = sum(1 for r in res["disjoint"] if any(v >= per_path for v in r["by_path"].values())) / n
+    res["fp"] = sum(1 for r in done["disjoint"] if any(v >= per_path for v in r["by_path"].values())) / \
+        max(1, len(done["disjoint"]))
     return res
+
+
+def weights(seconds: float, runs: int, weights_: list[float], slice_ms: float = 30.0, mbps: float = 100.0) -> dict:
+    """The seed paper's Fig. 7b: the sender VM's scheduler weight. Three
+    other VMs of the default weight (256) share its CPU; a VM of weight w
+    then runs one slice in (w + 3 x 256) / w: on ``slice_ms``, off
+    3 x ``slice_ms`` x 256 / w (a proportional-share scheduler's duty
+    cycle; the gate as in :func:`vm`)."""
+    out = []
+    for w in weights_:
+        if not w > 0 or w == float("inf"):
+            raise ValueError(f"weight {w!r} must be a finite number > 0")
+        gate = {"on_ms": slice_ms, "off_ms": 3 * slice_ms * 256 / w, "off_gap_us": 5000, "gate": "ba"}
+        row = {"weight": w, "duty": w / (w + 3 * 256)}
+        for kind in ("lia", "lia_vm", "uncoupled"):
+            vals = []
+            for _ in range(runs):
+                with testbed([Path(250, mbps, gate=gate), Path(250, mbps, gate=gate)]) as bed:
+                    select(bed.all_addrs(), kind)
+                    try:
+                        vals.append(run_flows(bed, seconds, mptcp=1)["flows"][0]["mbps"])
+                    finally:
+                        select(bed.all_addrs(), "bgwc")
+            row[kind] = vals
+        out.append(row)
+    return {"slice_ms": slice_ms, "rows": out}
+
+
+def _quantile(xs: list, q: float):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def gating(seconds: float, slices: list[float], mbps: float = 100.0) -> dict:
+    """The seed paper's Figs. 4-6 through the BPF controls: for each slice
+    (and none), LIA and LIA-VM traced on the two gated paths of
+    :func:`vm`: the RTT samples the programs saw (median, 90th
+    percentile), the sRTT they kept, the alpha they used, their windows
+    (segments) and the goodput."""
+    out = []
+    for sl in [None, *slices]:
+        gate = None if sl is None else {"on_ms": sl, "off_ms": 3 * sl, "off_gap_us": 5000, "gate": "ba"}
+        row: dict = {"slice_ms": sl}
+        for kind in ("lia", "lia_vm"):
+            with testbed([Path(250, mbps, gate=gate), Path(250, mbps, gate=gate)]) as bed:
+                select(bed.all_addrs(), kind)
+                try:
+                    with Tracer() as tr:
+                        mb = run_flows(bed, seconds, mptcp=1)["flows"][0]["mbps"]
+                finally:
+                    select(bed.all_addrs(), "bgwc")
+            recs = [r for r in tr.records if r.kind == MPTCP_CCS.index(kind)]
+            samples = [r for r in recs if r.type == bpfring.REC_SAMPLE]
+            incs = [r for r in recs if r.type == bpfring.REC_INCREASE and not r.flags & 1]   # congestion avoidance
+            row[kind] = {
+                "mbps": mb, "records": len(recs),
+                "rtt_us": {"median": _quantile([r.rtt for r in samples], 0.5),
+                           "p90": _quantile([r.rtt for r in samples], 0.9)},
+                "srtt_us": {"median": _quantile([r.srtt8 / 8 for r in samples], 0.5),
+                            "p90": _quantile([r.srtt8 / 8 for r in samples], 0.9)},
+                "alpha": {"median": _quantile([r.alpha / 65536 for r in incs], 0.5),
+                          "mean": sum(r.alpha for r in incs) / 65536 / len(incs) if incs else None},
+                "cwnd": {"median": _quantile([r.cwnd_after for r in recs if r.type != bpfring.REC_SAMPLE], 0.5)},
+                "off_periods": sum(1 for r in samples if r.flags & 2)}
+        out.append(row)
+    return {"rows": out}
+
+
+ECHO = textwrap.dedent('''
+    import socket, sys, threading
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", int(sys.argv[1]))); srv.listen(64); print("ready", flush=True)
+    def serve(c):
+        want = int.from_bytes(c.recv(4), "big"); got = 0
+        while got < want:
+            d = c.recv(65536)
+            if not d: break
+            got += len(d)
+        c.sendall(b"k"); c.close()
+    while True:
+        c, _ = srv.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+''')
+SHORT = textwrap.dedent('''
+    import socket, sys, time, json
+    dst, port, src, size, every, secs = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), \
+        float(sys.argv[5]), float(sys.argv[6])
+    out = []; t_end = time.time() + secs
+    while time.time() < t_end:
+        s = socket.socket(); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
+        s.bind((src, 0)); t0 = time.perf_counter(); s.connect((dst, port)); t1 = time.perf_counter()
+        s.sendall(size.to_bytes(4, "big") + b"x" * size); s.recv(1); t2 = time.perf_counter(); s.close()
+        out.append([t1 - t0, t2 - t0])
+        time.sleep(max(0.0, every - (t2 - t0)))
+    print(json.dumps(out), flush=True)
+''')
+
+
+def short_rtt(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled"), size: int = 10_000) -> dict:
+    """Short flows next to a long MPTCP connection (seed paper 002's short-
+    flow RTT): one bottleneck (50 Mb/s, 5 ms base RTT, a FIFO of 2
+    bandwidth-delay products), the connection with 4 subflows through it,
+    and a short TCP flow (``size`` bytes and a 1-byte answer) every 100 ms
+    through the same queue: its handshake time (one RTT) and completion
+    time, after a 2 s warm-up; the agent's ESE closer runs (MPTCP-D)."""
+    bdp = 50e6 / 8 * 2 * 2500e-6
+    out: dict = {"size": size}
+    for kind in kinds:
+        rows = []
+        for _ in range(runs):
+            with testbed([Path(2500, 50, addrs=4, queue_bytes=int(2 * bdp))]) as bed:
+                select(bed.all_addrs(), kind)
+                echo = subprocess.Popen(["ip", "netns", "exec", bed.b, sys.executable, "-c", ECHO, str(PORT + 1)],
+                                        stdout=subprocess.PIPE, text=True)
+                try:
+                    assert echo.stdout.readline().strip() == "ready"
+                    with closer(bed) as closed:
+                        sh_ = subprocess.Popen(["ip", "netns", "exec", bed.a, "sh", "-c",
+                                                f"sleep 2; exec {sys.executable} -c \"$0\" \"$@\"", SHORT,
+                                                bed.dst, str(PORT + 1), bed.addrs(0)[0], str(size), "0.1",
+                                                str(seconds - 3)], stdout=subprocess.PIPE, text=True)
+                        res = run_flows(bed, seconds, mptcp=1, warm=2.0)
+                        times = json.loads(sh_.communicate(timeout=seconds + 30)[0])
+                finally:
+                    echo.kill()
+                    echo.wait(5)
+                    select(bed.all_addrs(), "bgwc")
+            rows.append({"mbps": res["flows"][0]["mbps"], "closed": len(closed), "flows": len(times),
+                         "handshake_ms": {"median": 1e3 * _quantile([t[0] for t in times], 0.5),
+                                          "p90": 1e3 * _quantile([t[0] for t in times], 0.9)},
+                         "fct_ms": {"median": 1e3 * _quantile([t[1] for t in times], 0.5),
+                                    "p90": 1e3 * _quantile([t[1] for t in times], 0.9)}})
+        out[kind] = rows
+    return out
 
 
 def plot(cmd: str, out, path: str) -> None:
@@ -533,6 +758,32 @@ def plot(cmd: str, out, path: str) -> None:
         ax.set_xticks(range(len(rows)), xs)
         ax.set_xlabel("VM slice (ms; off 3 slices)")
         ax.set_ylabel("goodput (Mb/s)")
+    elif cmd == "weights":
+        rows = out["rows"]
+        for k, kind in enumerate(("lia", "lia_vm", "uncoupled")):
+            ax.bar([i + 0.27 * (k - 1) for i in range(len(rows))], [mean(r[kind]) for r in rows], 0.27, label=kind)
+        ax.set_xticks(range(len(rows)), [f"{r['weight']:g}" for r in rows])
+        ax.set_xlabel(f"sender VM's weight (3 others at 256; slice {out['slice_ms']:g} ms)")
+        ax.set_ylabel("goodput (Mb/s)")
+    elif cmd == "gating":
+        rows = out["rows"]
+        xs = ["none" if r["slice_ms"] is None else f"{r['slice_ms']:g}" for r in rows]
+        ax2 = ax.twinx()
+        for kind, style in (("lia", "o-"), ("lia_vm", "s--")):
+            ax.plot(xs, [r[kind]["srtt_us"]["median"] / 1e3 for r in rows], style, label=f"{kind} sRTT (ms)")
+            ax2.plot(xs, [r[kind]["alpha"]["median"] for r in rows], style, color="grey", label=f"{kind} alpha")
+        ax.set_yscale("log")
+        ax.set_xlabel("VM slice (ms; off 3 slices)")
+        ax.set_ylabel("median sRTT the control kept (ms)")
+        ax2.set_ylabel("median alpha (grey)")
+    elif cmd == "short-rtt":
+        kinds = [k for k in ("lia", "mptcp_d", "uncoupled") if k in out]
+        ax.bar([i - 0.2 for i in range(len(kinds))], [mean([r["handshake_ms"]["median"] for r in out[k]])
+                                                      for k in kinds], 0.4, label="handshake (median)")
+        ax.bar([i + 0.2 for i in range(len(kinds))], [mean([r["fct_ms"]["median"] for r in out[k]])
+                                                      for k in kinds], 0.4, label=f"{out['size']} B flow (median)")
+        ax.set_xticks(range(len(kinds)), kinds)
+        ax.set_ylabel("ms")
     elif cmd == "ese":
         xs = [r["alpha"] for r in out]
         ax.plot(xs, [r["tp"] for r in out], "o-", label="TP (shared bottleneck)")
@@ -562,10 +813,14 @@ def plot(cmd: str, out, path: str) -> None:
         ax.set_xticks(range(len(kinds)), kinds)
         ax.set_ylabel(f"seconds to move {out['size_mb']:g} MB")
     elif cmd == "throughput":
-        keys = list(out)
+        keys = [k for k in out if "/" in k]
         ax.barh(range(len(keys)), [mean(out[k]["mbps"]) for k in keys])
+        for i, k in enumerate(keys):
+            hosts = out[k].get("cpu_s_per_gb", {}).get("hosts")
+            if hosts:
+                ax.text(1, i, f"hosts {mean(hosts):.1f} CPU s/GB", va="center", fontsize=7, color="white")
         ax.set_yticks(range(len(keys)), keys, fontsize=7)
-        ax.set_xlabel("goodput (Mb/s)")
+        ax.set_xlabel("goodput (Mb/s); the energy proxy written on each bar")
     else:
         plt.close(fig)
         return
@@ -585,6 +840,9 @@ KINDS = {
     "ese": "MPTCP-D's extra-subflow elimination: TP on a shared bottleneck, FP on disjoint paths, per alpha",
     "cubic": "a CUBIC flow's goodput next to LIA / LIA-VM / uncoupled MPTCP (seed paper Figs. 9-10)",
     "transfer": "time to move 61 MB (the paper's 610 MB / 10) at a 480 ms slice, LIA vs LIA-VM (Fig. 8)",
+    "weights": "LIA vs LIA-VM vs uncoupled as the sender VM's scheduler weight changes (seed paper Fig. 7b)",
+    "gating": "RTT samples, sRTT, alpha, windows and goodput of LIA / LIA-VM per VM slice (Figs. 4-6, traced)",
+    "short-rtt": "handshake and completion times of short flows next to LIA / MPTCP-D / uncoupled MPTCP",
 }
 
 
@@ -604,6 +862,9 @@ class Config:
     slice_ms: float = 0.0            # cubic: 0 = no VM scheduling
     size_mb: float = 61.0
     slice_transfer_ms: float = 480.0
+    weights: tuple[float, ...] = (128.0, 256.0, 512.0, 1024.0)
+    slice_weights_ms: float = 30.0
+    size: int = 10_000
 
 
 def measure(cfg: Config) -> dict | list:
@@ -623,6 +884,12 @@ def measure(cfg: Config) -> dict | list:
         return cubic(cfg.seconds, cfg.runs, cfg.slice_ms or None)
     if cfg.kind == "transfer":
         return transfer(cfg.runs, cfg.size_mb, cfg.slice_transfer_ms)
+    if cfg.kind == "weights":
+        return weights(cfg.seconds, cfg.runs, list(cfg.weights), cfg.slice_weights_ms)
+    if cfg.kind == "gating":
+        return gating(cfg.seconds, list(cfg.slices))
+    if cfg.kind == "short-rtt":
+        return short_rtt(cfg.seconds, cfg.runs, size=cfg.size)
     return [ese(cfg.runs, alpha=a, per_path=cfg.per_path, delay_us=cfg.delay_us, frozen=cfg.frozen,
                 confirm=cfg.confirm) for a in cfg.alpha]
 
@@ -663,6 +930,18 @@ def main(argv=None) -> None:
     c.add_argument("--runs", type=int, default=2)
     c.add_argument("--size-mb", type=float, default=61.0)
     c.add_argument("--slice-ms", type=float, default=480.0)
+    c = sub.add_parser("weights")
+    c.add_argument("--seconds", type=float, default=10.0)
+    c.add_argument("--runs", type=int, default=1)
+    c.add_argument("--weights", type=float, nargs="+", default=[128, 256, 512, 1024])
+    c.add_argument("--slice-ms", type=float, default=30.0)
+    c = sub.add_parser("gating")
+    c.add_argument("--seconds", type=float, default=10.0)
+    c.add_argument("--slices", type=float, nargs="+", default=[30, 120, 480])
+    c = sub.add_parser("short-rtt")
+    c.add_argument("--seconds", type=float, default=12.0)
+    c.add_argument("--runs", type=int, default=2)
+    c.add_argument("--size", type=int, default=10_000)
     c = sub.add_parser("ese")
     c.add_argument("--runs", type=int, default=10)
     c.add_argument("--alpha", type=float, nargs="+", default=[1.3])
@@ -675,7 +954,7 @@ def main(argv=None) -> None:
     for name, c in sub.choices.items():
         c.add_argument("--plot", metavar="PNG", help="write the figure here")
     c = sub.add_parser("plot", help="the figure of a saved result: plot CMD RESULT.json PNG")
-    c.add_argument("what", choices=("vm", "ese", "lia-shared", "throughput", "cubic", "transfer"))
+    c.add_argument("what", choices=tuple(k for k in KINDS if k != "check"))
     c.add_argument("result")
     c.add_argument("png")
     args = ap.parse_args(argv)
@@ -686,7 +965,9 @@ def main(argv=None) -> None:
     given = {k: v for k, v in vars(args).items() if v is not None and k not in ("cmd", "plot")}
     if args.cmd == "transfer" and "slice_ms" in given:
         given["slice_transfer_ms"] = given.pop("slice_ms")
-    for k in ("slices", "alpha"):
+    if args.cmd == "weights" and "slice_ms" in given:
+        given["slice_weights_ms"] = given.pop("slice_ms")
+    for k in ("slices", "alpha", "weights"):
         if k in given:
             given[k] = tuple(given[k])
     out = measure(Config(kind=args.cmd, **given))

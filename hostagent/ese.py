@@ -29,6 +29,7 @@ MAP = "bwf_ccese"
 EVENT_SIZE = 32
 DRAIN_S = 0.2       # a marked subflow is destroyed once nothing it sent is unacknowledged, or after this
 UNACKED_RE = re.compile(r"\bunacked:(\d+)")
+NOTSENT_RE = re.compile(r"\bnotsent:(\d+)")
 
 
 class EseCloser:
@@ -68,19 +69,28 @@ class EseCloser:
                 continue
             ev = bpfring.parse_ese(value)
             where = ["src", f"{ev.saddr}:{ev.sport}", "dst", f"{ev.daddr}:{ev.dport}"]
-            # bwf_mptcpd holds a marked subflow's window at one segment: destroy it once that is acknowledged
-            # (what a destroyed subflow leaves unacknowledged, MPTCP must send again over the others)
+            # bwf_mptcpd holds a marked subflow's window at one segment, which also makes MPTCP's scheduler
+            # pass it over: destroy it once nothing it sent is unacknowledged. What a destroyed subflow held
+            # (unacknowledged, or queued and not sent), MPTCP must send again over the others, queued behind
+            # their own data; with the receiver's buffer full of what came after, that can stall the
+            # connection (upstream MPTCP has no opportunistic reinjection). Waiting for the queued data too
+            # is worse: at one segment per round trip it drained in 0.06-2 s, and meanwhile the receiver
+            # waits for it -- 8 subflows on one 50 Mb/s bottleneck carried 27-34 Mb/s over 3 s instead of
+            # 47, and one run in five still stalled (docs/coupled.md)
             first = self.pending.setdefault(key, time.monotonic())
             info = subprocess.run(["ss", "-tniH", *where], capture_output=True, text=True).stdout
-            unacked = UNACKED_RE.search(info)
-            if info.strip() and unacked and int(unacked.group(1)) > 0 and time.monotonic() - first < DRAIN_S:
+            unacked, notsent = (int(x.group(1)) if x else 0 for x in (UNACKED_RE.search(info),
+                                                                     NOTSENT_RE.search(info)))
+            if info.strip() and unacked > 0 and time.monotonic() - first < DRAIN_S:
                 continue
+            held = unacked + notsent if info.strip() else 0
             res = subprocess.run(["ss", "-K", "-t", *where], capture_output=True, text=True)
             m.delete(key)
             self.pending.pop(key, None)
             entry = {"src": f"{ev.saddr}:{ev.sport}", "dst": f"{ev.daddr}:{ev.dport}", "token": ev.token,
                      "subflow": ev.sub, "rtt_us": ev.rtt_us, "ref_rtt_us": ev.ref_rtt_us,
-                     "min_rtt_us": ev.min_rtt_us, "destroyed": res.returncode == 0 and ev.saddr in res.stdout}
+                     "min_rtt_us": ev.min_rtt_us, "destroyed": res.returncode == 0 and ev.saddr in res.stdout,
+                     "held_at_close": held, "drain_s": round(time.monotonic() - first, 3)}
             if not entry["destroyed"]:
                 self.failed += 1
                 log.warning("ESE: subflow %s -> %s not destroyed: %s", entry["src"], entry["dst"],

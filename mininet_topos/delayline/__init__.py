@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -66,6 +67,7 @@ class DelayLine:
     not_tos: tuple | None = None        # (value, mask): carry every other frame
     step_us: float = 0.0                # the delay grows by this...
     step_every_s: float = 0.0           # ...every this many seconds
+    spin_us: float | None = None        # spin this close to a due frame (the binary's default 60; 0: never)
     mtu: int = 1500
     netns: str | None = None
     prefix: tuple = ()                  # a command prefix instead, e.g. ("mnexec", "-a", pid) for a Mininet node
@@ -86,6 +88,9 @@ class DelayLine:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
                 raise DelayLineError(f"{name} {v!r} must be a finite number >= 0")
+        if self.spin_us is not None and (isinstance(self.spin_us, bool) or not isinstance(self.spin_us, (int, float))
+                                         or not 0 <= self.spin_us <= 10000):
+            raise DelayLineError(f"spin_us {self.spin_us!r} must be a number in [0, 10000]")
         if (self.step_us > 0) != (self.step_every_s > 0):
             raise DelayLineError("a delay step needs both step_us and step_every_s")
         if self.tos is not None and self.not_tos is not None:
@@ -105,6 +110,8 @@ class DelayLine:
             out += ["--not-tos", f"{self.not_tos[0]:#x}/{self.not_tos[1]:#x}"]
         if self.step_us:
             out += ["--step-us", f"{self.step_us:g}", "--step-every-s", f"{self.step_every_s:g}"]
+        if self.spin_us is not None:
+            out += ["--spin-us", f"{self.spin_us:g}"]
         if self.on_ms:
             out += ["--on-ms", f"{self.on_ms:g}", "--off-ms", f"{self.off_ms:g}", "--off-gap-us", f"{self.off_gap_us:g}",
                     "--gate", self.gate]
@@ -125,17 +132,22 @@ class DelayLine:
             raise DelayLineError(f"the delay line did not start: {line.strip()} {self.proc.stderr.read()[-1000:]}")
         return self
 
+    def cpu_seconds(self) -> float | None:
+        """utime + stime of the running line so far (``ip netns exec`` execs
+        it: the same pid); None when it is not running."""
+        if self.proc is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
+
     def stop(self) -> dict:
         """Stop it; its statistics (frames, drops, hold error per direction)."""
         if self.proc is None:
             return {}
-        cpu_s = None
-        try:                       # utime + stime of the delay line (ip netns exec execs it: same pid)
-            import os
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            pass
+        cpu_s = self.cpu_seconds()
         wall = time.monotonic() - self.started
         self.proc.terminate()
         try:

@@ -7,11 +7,14 @@
  * (outgoing frames ignored), a FIFO of held frames, transmit on the other
  * interface when due. Waits with ppoll until shortly before the next due
  * frame, then spins, so the hold error stays in tens of microseconds.
+ * --spin-us N sets that margin (default 60; 0: no spinning at all -- the
+ * line then costs CPU per frame only, not per idle microsecond, which is
+ * what a CPU-time measurement of the hosts around it needs).
  * The interfaces need GRO/GSO/TSO off (frames up to --mtu + 18 bytes).
  *
  * usage: delayline --a IF --b IF --delay-us N [--jitter-us N] [--on-ms N
  *        --off-ms N [--off-gap-us N] [--gate ab|ba|both]] [--mtu N] [--slots N]
- *        [--duration-s N]
+ *        [--duration-s N] [--spin-us N]
  * --gate: which directions the on/off gate holds (default both; ba: only
  * frames from b to a -- a VM at a that handles what it receives only while
  * it runs, while what it sent already drains).
@@ -37,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,7 +49,7 @@
 #define PACKET_IGNORE_OUTGOING 23
 #endif
 
-#define SPIN_NS 60000L          /* ppoll until this close to a due frame, then spin */
+static long long spin_ns = 60000L;   /* ppoll until this close to a due frame, then spin */
 #define ERR_SAMPLES 65536
 
 static volatile sig_atomic_t stop_flag;
@@ -197,7 +201,7 @@ static void *run(void *arg) {
                                          d->last_off_send + off_gap_ns : open_at) : open_at;
             }
         }
-        long long wait = next - t - SPIN_NS;
+        long long wait = next - t - spin_ns;
         if (wait > 0) {
             struct pollfd p = {.fd = d->rx, .events = POLLIN};
             struct timespec ts = {.tv_sec = wait / 1000000000LL, .tv_nsec = wait % 1000000000LL};
@@ -231,7 +235,7 @@ static void on_signal(int sig) { (void)sig; stop_flag = 1; }
 
 static void usage(void) {
     fprintf(stderr, "usage: delayline --a IF --b IF --delay-us N [--jitter-us N] [--on-ms N --off-ms N "
-                    "[--off-gap-us N] [--gate ab|ba|both]] [--tos V/M | --not-tos V/M] [--step-us N --step-every-s S] [--mtu N] [--slots N] [--duration-s N]\n");
+                    "[--off-gap-us N] [--gate ab|ba|both]] [--tos V/M | --not-tos V/M] [--step-us N --step-every-s S] [--spin-us N] [--mtu N] [--slots N] [--duration-s N]\n");
     exit(2);
 }
 
@@ -270,11 +274,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--duration-s")) duration = x;
         else if (!strcmp(k, "--step-us")) step_ns = (long long)(x * 1000);
         else if (!strcmp(k, "--step-every-s")) step_every_ns = (long long)(x * 1e9);
+        else if (!strcmp(k, "--spin-us")) {
+            if (x > 10000) { fprintf(stderr, "delayline: --spin-us %s above 10000\n", v); exit(2); }
+            spin_ns = (long long)(x * 1000);
+        }
         else usage();
     }
     if (!a || !b || delay_us < 0 || mtu < 68 || mtu > 65535 || slots < 16 || slots > (1 << 20)) usage();
     if (jitter_ns > delay_us * 1000) { fprintf(stderr, "delayline: jitter above the delay\n"); exit(2); }
     delay_ns = delay_us * 1000;
+    if (spin_ns == 0)
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);   /* ppoll wakes within ~1 us of its timeout, not 50 */
     t0_ns = now_ns();
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
