@@ -365,9 +365,10 @@ def check(seconds: float = 8.0) -> dict:
 
 
 @contextlib.contextmanager
-def closer(bed: Bed):
+def closer(bed: Bed, by_endpoint: bool = False):
     """hostagent.ese's closer in A (what the agent runs for its VM)."""
-    p = subprocess.Popen(["ip", "netns", "exec", bed.a, sys.executable, "-m", "hostagent.ese", *bed.all_addrs()],
+    p = subprocess.Popen(["ip", "netns", "exec", bed.a, sys.executable, "-m", "hostagent.ese",
+                          *(["--by-endpoint"] if by_endpoint else []), *bed.all_addrs()],
                          stdout=subprocess.PIPE, text=True)
     got: list = []
     th = threading.Thread(target=lambda: got.extend(json.loads(x) for x in p.stdout), daemon=True)
@@ -561,16 +562,18 @@ def transfer(runs: int, size_mb: float = 61.0, slice_ms: float = 480.0) -> dict:
 
 
 def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, delay_us: float = 2500,
-        frozen: bool = False, confirm: int = 0) -> dict:
+        frozen: bool = False, confirm: int = 0, by_endpoint: bool = False) -> dict:
     """MPTCP-D's extra-subflow elimination: ``per_path`` + 1 subflows on one
     bottleneck (a closing there is right: TP) and ``per_path`` subflows on
     each of two disjoint paths of the same rate and delay (a closing of
-    the only subflow of a path is wrong: FP)."""
+    the only subflow of a path is wrong: FP). ``by_endpoint``: the closer
+    removes subflows by deleting their address's path-manager endpoint
+    (each subflow has its own here) instead of destroying the socket."""
     set_conf(CONF["ese_alpha"], round(alpha * 1000))
     set_conf(CONF["ese_frozen"], int(frozen))
     set_conf(CONF["ese_confirm"], confirm)
     res = {"alpha": alpha, "delay_us": delay_us, "frozen_reference": frozen, "confirm": confirm, "per_path": per_path,
-           "shared": [], "disjoint": []}
+           "by_endpoint": by_endpoint, "shared": [], "disjoint": []}
     try:
         for setup in ("shared", "disjoint"):
             for _ in range(runs):
@@ -579,7 +582,7 @@ def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, 
                 with testbed(paths) as bed:
                     select(bed.all_addrs(), "mptcp_d")
                     try:
-                        with closer(bed) as closed:
+                        with closer(bed, by_endpoint) as closed:
                             flows = run_flows(bed, seconds, mptcp=1, warm=0.5)["flows"]
                     except Stalled:
                         res[setup].append({"stalled": True, "closed": len(closed)})
@@ -770,11 +773,11 @@ def plot(cmd: str, out, path: str) -> None:
         xs = ["none" if r["slice_ms"] is None else f"{r['slice_ms']:g}" for r in rows]
         ax2 = ax.twinx()
         for kind, style in (("lia", "o-"), ("lia_vm", "s--")):
-            ax.plot(xs, [r[kind]["srtt_us"]["median"] / 1e3 for r in rows], style, label=f"{kind} sRTT (ms)")
+            ax.plot(xs, [r[kind]["srtt_us"]["p90"] / 1e3 for r in rows], style, label=f"{kind} sRTT p90 (ms)")
             ax2.plot(xs, [r[kind]["alpha"]["median"] for r in rows], style, color="grey", label=f"{kind} alpha")
         ax.set_yscale("log")
         ax.set_xlabel("VM slice (ms; off 3 slices)")
-        ax.set_ylabel("median sRTT the control kept (ms)")
+        ax.set_ylabel("sRTT the control kept, 90th pct (ms)")
         ax2.set_ylabel("median alpha (grey)")
     elif cmd == "short-rtt":
         kinds = [k for k in ("lia", "mptcp_d", "uncoupled") if k in out]
@@ -859,6 +862,7 @@ class Config:
     delay_us: float = 2500.0
     frozen: bool = False
     confirm: int = 0
+    by_endpoint: bool = False
     slice_ms: float = 0.0            # cubic: 0 = no VM scheduling
     size_mb: float = 61.0
     slice_transfer_ms: float = 480.0
@@ -891,7 +895,7 @@ def measure(cfg: Config) -> dict | list:
     if cfg.kind == "short-rtt":
         return short_rtt(cfg.seconds, cfg.runs, size=cfg.size)
     return [ese(cfg.runs, alpha=a, per_path=cfg.per_path, delay_us=cfg.delay_us, frozen=cfg.frozen,
-                confirm=cfg.confirm) for a in cfg.alpha]
+                confirm=cfg.confirm, by_endpoint=cfg.by_endpoint) for a in cfg.alpha]
 
 
 def run(cfg: Config, out_dir) -> dict | list:
@@ -951,6 +955,8 @@ def main(argv=None) -> None:
                    "(default: the reference subflow's latest sample)")
     c.add_argument("--confirm", type=int, default=0, help="consecutive matching samples before a closing "
                    "(0: the program's default)")
+    c.add_argument("--by-endpoint", action="store_true", help="close by deleting the subflow's path-manager "
+                   "endpoint (graceful, but address-wide) instead of destroying the socket")
     for name, c in sub.choices.items():
         c.add_argument("--plot", metavar="PNG", help="write the figure here")
     c = sub.add_parser("plot", help="the figure of a saved result: plot CMD RESULT.json PNG")

@@ -8,7 +8,7 @@ one map). MPTCP takes a destroyed subflow as reset; the connection goes on
 over the others. The in-kernel path manager does not re-create it (its
 endpoint is spent for the connection).
 
-    ip netns exec NS python -m hostagent.ese ADDRESS [ADDRESS ...]   # a closer on its own (experiments)
+    ip netns exec NS python -m hostagent.ese [--by-endpoint] ADDRESS [ADDRESS ...]   # a closer on its own
 """
 
 from __future__ import annotations
@@ -33,7 +33,14 @@ NOTSENT_RE = re.compile(r"\bnotsent:(\d+)")
 
 
 class EseCloser:
-    def __init__(self, addresses):
+    """``by_endpoint``: remove a marked subflow by deleting its source
+    address's in-kernel path-manager endpoint instead (MPTCP's own graceful
+    removal, but of every connection's subflows from that address: for
+    experiments that give each subflow an address of its own, to compare
+    the two ways of closing)."""
+
+    def __init__(self, addresses, by_endpoint: bool = False):
+        self.by_endpoint = by_endpoint
         self.addresses = {int.from_bytes(ipaddress.IPv4Address(a).packed, "little") for a in addresses}
         self.map: bpfring.HashMap | None = None
         self.closed: list[dict] = []
@@ -84,7 +91,10 @@ class EseCloser:
             if info.strip() and unacked > 0 and time.monotonic() - first < DRAIN_S:
                 continue
             held = unacked + notsent if info.strip() else 0
-            res = subprocess.run(["ss", "-K", "-t", *where], capture_output=True, text=True)
+            if self.by_endpoint:
+                res = _delete_endpoint(ev.saddr)
+            else:
+                res = subprocess.run(["ss", "-K", "-t", *where], capture_output=True, text=True)
             m.delete(key)
             self.pending.pop(key, None)
             entry = {"src": f"{ev.saddr}:{ev.sport}", "dst": f"{ev.daddr}:{ev.dport}", "token": ev.token,
@@ -103,12 +113,25 @@ class EseCloser:
         return done
 
 
+def _delete_endpoint(addr: str) -> subprocess.CompletedProcess:
+    """``ip mptcp endpoint delete`` of the endpoint holding ``addr``; its
+    stdout names the address when done (as ``ss -K``'s does)."""
+    show = subprocess.run(["ip", "mptcp", "endpoint", "show"], capture_output=True, text=True).stdout
+    m = re.search(rf"^{re.escape(addr)} id (\d+)", show, re.M)
+    if not m:
+        return subprocess.CompletedProcess([], 1, "", f"no endpoint for {addr}")
+    res = subprocess.run(["ip", "mptcp", "endpoint", "delete", "id", m.group(1)], capture_output=True, text=True)
+    return subprocess.CompletedProcess(res.args, res.returncode, addr if res.returncode == 0 else "", res.stderr)
+
+
 def main(argv=None) -> None:
-    addrs = (argv if argv is not None else sys.argv[1:])
+    args = list(argv if argv is not None else sys.argv[1:])
+    by_endpoint = "--by-endpoint" in args
+    addrs = [a for a in args if a != "--by-endpoint"]
     if not addrs:
-        print("usage: python -m hostagent.ese ADDRESS [ADDRESS ...]", file=sys.stderr)
+        print("usage: python -m hostagent.ese [--by-endpoint] ADDRESS [ADDRESS ...]", file=sys.stderr)
         sys.exit(2)
-    closer = EseCloser(addrs)
+    closer = EseCloser(addrs, by_endpoint)
     while True:
         for entry in closer.round():
             print(json.dumps(entry), flush=True)

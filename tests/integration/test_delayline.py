@@ -16,9 +16,10 @@ from mininet_topos.delayline import DelayLine
 pytestmark = pytest.mark.root
 
 
-def test_ping_through_the_delay_line_takes_twice_the_delay():
+@pytest.mark.parametrize("spin_us", [None, 0], ids=["spinning", "no-spin"])
+def test_ping_through_the_delay_line_takes_twice_the_delay(spin_us):
     with _testbed() as (a, m, b):
-        line = DelayLine("xa", "xb", 3000, netns=m).start()
+        line = DelayLine("xa", "xb", 3000, netns=m, spin_us=spin_us).start()
         rtts = ping_rtts(a, "10.77.0.2", count=20, interval=0.02)
         stats = line.stop()
     assert len(rtts) >= 18

@@ -172,6 +172,45 @@ def test_delay_line_options_refused_by_name(name, bad):
         line.args()
 
 
+@given(st.one_of(st.just(float("nan")), st.just(float("inf")), st.floats(max_value=-1e-9),
+                 st.floats(min_value=10000.001, allow_infinity=False), st.text(max_size=2), st.just(True)))
+def test_delay_line_spin_refused_by_name(bad):
+    from mininet_topos.delayline import DelayLine, DelayLineError
+    with pytest.raises(DelayLineError, match="spin_us"):
+        DelayLine("xa", "xb", 1000, spin_us=bad).args()
+
+
+def test_delay_line_spin_passed_only_when_given():
+    from mininet_topos.delayline import DelayLine
+    assert "--spin-us" not in DelayLine("xa", "xb", 1000).args()
+    args = DelayLine("xa", "xb", 1000, spin_us=0).args()
+    assert args[args.index("--spin-us") + 1] == "0"
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf")])
+def test_scheduler_weights_refused_by_name(bad):
+    from experiments.coupled import weights
+    with pytest.raises(ValueError, match="weight"):
+        weights(1.0, 1, [bad])
+
+
+def test_machine_cpu_counts_busy_time_not_sleep():
+    """The energy proxy's clock: the machine's busy time (wall x CPUs less
+    the kernel's idle time) grows by a spinning second, not by a sleeping one."""
+    import time
+
+    from experiments.coupled import machine_cpu_s
+    a = machine_cpu_s()
+    time.sleep(0.5)
+    slept = machine_cpu_s() - a
+    a = machine_cpu_s()
+    t = time.monotonic()
+    while time.monotonic() - t < 0.5:
+        pass
+    spun = machine_cpu_s() - a
+    assert spun >= 0.45 and spun - slept >= 0.3, (spun, slept)
+
+
 def test_delay_line_options_checked_together():
     from mininet_topos.delayline import DelayLine, DelayLineError
     with pytest.raises(DelayLineError, match="jitter_us"):
