@@ -50,8 +50,10 @@ SENDER = textwrap.dedent('''
     src = sys.argv[4] if len(sys.argv) > 4 else None
     size = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     cc = sys.argv[6] if len(sys.argv) > 6 else ""
+    tos = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
     if cc: s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())   # root: any registered one
+    if tos: s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     if src: s.bind((src, 0))
     s.connect((dst, %d)); buf = b"x" * 65536; sent = 0; t0 = time.time()
     while (size and sent < size) or (not size and time.time() - t0 < secs):
@@ -94,6 +96,8 @@ class Path:
     gate: dict | None = None         # DelayLine gating options (VM scheduling)
     queue_bytes: int | None = None   # the token bucket's FIFO; default 2 x the bandwidth-delay product, >= 150 kB
     spin_us: float | None = None     # the delay line's spinning margin (None: its default; 0 for CPU measurements)
+    free_tos: tuple | None = None    # (value, mask): frames of this TOS take an ungated line of their own
+                                     # (another VM's traffic through the same path and bottleneck)
 
 
 @dataclass
@@ -155,11 +159,20 @@ def testbed(paths: list[Path]):
             sh("ip", "netns", "exec", a, "ip", "route", "add", "default", "dev", ai, "table", str(100 + i))
             for addr in bed.addrs(i):
                 sh("ip", "netns", "exec", a, "ip", "rule", "add", "from", addr, "table", str(100 + i))
-            bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, spin_us=p.spin_us, **(p.gate or {})).start())
+            if p.free_tos and p.gate:
+                bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, spin_us=p.spin_us, not_tos=p.free_tos,
+                                           **p.gate).start())
+                bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, spin_us=p.spin_us,
+                                           tos=p.free_tos).start())
+            else:
+                bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, spin_us=p.spin_us,
+                                           **(p.gate or {})).start())
         for n in (a, b):
             sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.mptcp.enabled=1")
             sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
             sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1")
+            # a TCP flow's answers carry the TOS its SYN came with (Path.free_tos sorts by it both ways)
+            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.tcp_reflect_tos=1")
             # windows able to cover a descheduled VM's off-periods (100 Mb/s x 1.5 s = 19 MB)
             for k in ("net.ipv4.tcp_wmem", "net.ipv4.tcp_rmem"):
                 sh("ip", "netns", "exec", n, "sysctl", "-qw", f"{k}=4096 131072 67108864")
@@ -247,7 +260,7 @@ class Stalled(RuntimeError):
 
 
 def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: float = 2.0,
-              size: int = 0, tcp_cc: str = "reno") -> dict:
+              size: int = 0, tcp_cc: str = "reno", tcp_tos: int = 0) -> dict:
     """``mptcp`` MPTCP connections from A's first address and ``tcp``
     plain TCP flows (on path 1, congestion control ``tcp_cc``: a new
     namespace's default is the host's, and only the init namespace may
@@ -264,7 +277,8 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
         proto = 262 if k < mptcp else 6
         procs.append(subprocess.Popen(_in_cgroup(cg, ["ip", "netns", "exec", bed.a, sys.executable, "-c", SENDER,
                                                       bed.dst, str(seconds), str(proto), bed.addrs(0)[0], str(size),
-                                                      tcp_cc if proto == 6 else ""]),
+                                                      tcp_cc if proto == 6 else "",
+                                                      str(tcp_tos if proto == 6 else 0)]),
                                       stdout=subprocess.PIPE, text=True))
         time.sleep(0.05)
     try:
@@ -519,21 +533,26 @@ def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0, gate
     return {"rows": out}
 
 
+FREE_TOS = (0x28, 0xfc)
+
+
 def cubic(seconds: float, runs: int, slice_ms: float | None = None) -> dict:
     """The seed paper's Figs. 9-10: an MPTCP connection (LIA or LIA-VM) on
     two 100 Mb/s paths of 0.5 ms RTT and one CUBIC flow on the first path:
-    the CUBIC flow's goodput next to each. ``slice_ms``: the paths gated
-    as a VM's (the CUBIC flow then shares the gate: it leaves the same
-    namespace, unlike the paper's other VM)."""
+    the CUBIC flow's goodput next to each. ``slice_ms``: the sender VM
+    descheduled (on a slice, off three; what reaches it held while off);
+    the CUBIC flow is another VM's, on no schedule -- its frames (TOS
+    0x28, reflected by the receiver) take an ungated delay line of their
+    own into the same token bucket."""
     gate = None if slice_ms is None else {"on_ms": slice_ms, "off_ms": 3 * slice_ms, "off_gap_us": 5000, "gate": "ba"}
     out: dict = {"slice_ms": slice_ms}
     for kind in ("lia", "lia_vm", "uncoupled"):
         rows = []
         for _ in range(runs):
-            with testbed([Path(250, 100, gate=gate), Path(250, 100, gate=gate)]) as bed:
+            with testbed([Path(250, 100, gate=gate, free_tos=FREE_TOS), Path(250, 100, gate=gate)]) as bed:
                 select(bed.all_addrs(), kind)
                 try:
-                    f = run_flows(bed, seconds, mptcp=1, tcp=1, tcp_cc="cubic")["flows"]
+                    f = run_flows(bed, seconds, mptcp=1, tcp=1, tcp_cc="cubic", tcp_tos=FREE_TOS[0])["flows"]
                 finally:
                     select(bed.all_addrs(), "bgwc")
             rows.append({"mptcp_mbps": f[0]["mbps"], "cubic_mbps": f[1]["mbps"]})
