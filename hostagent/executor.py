@@ -267,6 +267,10 @@ class Executor:
         for step in bpf:
             self._bpf(step)
         self._bpf_remove(keep={(s.map, s.key_ipv4) for s in bpf})
+        conf = plan.of(P.BpfConf)
+        for step in conf:
+            self._bpf_conf(step)
+        self._bpf_conf_reset(keep={(s.map, s.index) for s in conf})
         self._save()
         return self.changes - before
 
@@ -301,6 +305,10 @@ class Executor:
             have = self._bpf_lookup(step.map, step.key_ipv4)
             if have != step.value:
                 out.append(f"bpf {step.map}[{step.key_ipv4}] = {have}, planned {step.value}")
+        for step in plan.of(P.BpfConf):
+            have = self._bpf_read(step.map, _index_key(step.index))
+            if have != step.value:
+                out.append(f"bpf {step.map}[{step.index}] = {have}, planned {step.value}")
         return out
 
     def change_rates(self, classes: list[P.TcClass]) -> int:
@@ -373,7 +381,8 @@ class Executor:
         state file) may have put in force; every part is tried."""
         errors = []
         for name, fn in (("tc", self._tc_remove), ("nft", self._nft_remove), ("mptcp", self._mptcp_remove),
-                         ("bpf", self._bpf_remove), ("sysctl", self._sysctl_restore)):
+                         ("bpf", self._bpf_remove), ("bpfconf", self._bpf_conf_reset),
+                         ("sysctl", self._sysctl_restore)):
             try:
                 fn()
             except Exception as exc:  # keep undoing the rest
@@ -612,10 +621,14 @@ class Executor:
 
     # ---- BPF map ------------------------------------------------------------------------------
     def _bpf_lookup(self, name: str, ip: str) -> int | None:
+        return self._bpf_read(name, ipaddress.IPv4Address(ip).packed)
+
+    def _bpf_read(self, name: str, key_bytes: bytes) -> int | None:
+        """The pinned map's value at the key (little-endian), read back; None: no map or no entry."""
         pin = self.bpf_pin_dir / name
         if not pin.exists():
             return None
-        key = [str(b) for b in ipaddress.IPv4Address(ip).packed]
+        key = [str(b) for b in key_bytes]
         res = subprocess.run(["bpftool", "-j", "map", "lookup", "pinned", str(pin), "key", *key],
                              capture_output=True, text=True)
         if res.returncode != 0:
@@ -653,6 +666,35 @@ class Executor:
                 _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / name), "key", *key])
             self.touched["bpf"].remove(entry)
             self._save()
+
+    def _bpf_conf(self, step: P.BpfConf) -> None:
+        pin = self.bpf_pin_dir / step.map
+        if not pin.exists():
+            raise ExecError(f"BPF map {pin} not found: the coupled congestion controls are not loaded "
+                            "(hostagent.cc.load() loads them on kernels >= 6.2)")
+        self._touch("bpfconf", [step.map, step.index])
+        if self._bpf_read(step.map, _index_key(step.index)) == step.value:
+            return
+        self._step(f"bpf {step.map}[{step.index}]")
+        _run(["bpftool", "map", "update", "pinned", str(pin), "key", *[str(b) for b in _index_key(step.index)],
+              "value", *[str(b) for b in step.value.to_bytes(8, "little")]])
+
+    def _bpf_conf_reset(self, keep: set | frozenset = frozenset()) -> None:
+        """Entries no longer planned go back to 0 (the program's default): an array keeps every index."""
+        for entry in list(self.touched.get("bpfconf", [])):
+            name, index = entry
+            if (name, index) in keep:
+                continue
+            if self._bpf_read(name, _index_key(index)) not in (None, 0):
+                self._step(f"bpf {name}[{index}] reset")
+                _run(["bpftool", "map", "update", "pinned", str(self.bpf_pin_dir / name), "key",
+                      *[str(b) for b in _index_key(index)], "value", *["0"] * 8])
+            self.touched["bpfconf"].remove(entry)
+            self._save()
+
+
+def _index_key(index: int) -> bytes:
+    return index.to_bytes(4, "little")
 
 
 def _depth(cid: int, classes: dict[int, KClass]) -> int:

@@ -52,6 +52,10 @@ ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
 BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
 BPF_PACE_MAP = "bwf_bgpace"      # pinned: key = IPv4, value = BG's pacing ceiling in bytes/s
 BPF_CCSEL_MAP = "bwf_ccsel"      # pinned: key = IPv4, value (u32) = the index in MPTCP_CCS (no entry: bgwc)
+BPF_CCCONF_MAP = "bwf_ccconf"    # pinned array: key = u32 index, value (u64) = a coupled control's parameter (0: default)
+# the coupled controls' parameters a host's tuning sets (bwf_coupled.bpf.c's CONF_*): index, scale
+CCCONF = {"ese_alpha": (1, 1000), "ese_beta": (2, 1000), "ese_candidates": (3, 1), "lia_vm_theta": (4, 1000),
+          "lia_vm_delta_ms": (5, 1), "ese_confirm": (8, 1)}
 # a tenant's MPTCP congestion control: BG/WC (Reno on the first subflow, bwf_wc on the joins), or one of
 # the coupled ones on every subflow (hostagent/bpf/bwf_coupled.bpf.c), or Reno on each (uncoupled)
 MPTCP_CCS = ("bgwc", "lia", "mptcp_d", "lia_vm", "uncoupled")
@@ -100,6 +104,20 @@ class Tuning(_Strict):
     # takes a subflow's pacing rate for its drain rate; unpaced, it keeps
     # picking a full BG and starves WC (see hostagent/bpf/bwf_sockops.bpf.c)
     pace_bg: bool = Field(True, description="pace BG subflows at 1.05 x the guarantee (bwf_sockops)")
+    # the coupled controls' parameters (docs/coupled.md), set in bwf_ccconf when a VM of the host uses
+    # MPTCP-D or LIA-VM: the map is the kernel's, one per host
+    ese_alpha: float = Field(1.3, gt=1, le=10, description="MPTCP-D's ESE: a sample above this x the subflow's "
+                             "least RTT counts as congested")
+    ese_beta: float = Field(0.1, gt=0, le=10, description="MPTCP-D's ESE: two subflows' RTTs within this x the "
+                            "base RTT share a bottleneck (a sub-ms fabric needs more than the paper's 0.1)")
+    ese_candidates: int = Field(80, ge=1, le=100_000, description="MPTCP-D's ESE acts during a subflow's first "
+                                "this many RTT samples")
+    ese_confirm: int = Field(4, ge=1, le=1000, description="MPTCP-D's ESE: matching samples in a row before a "
+                             "subflow is closed (the paper: 1)")
+    lia_vm_theta: float = Field(10.0, gt=1, le=100_000, description="LIA-VM: a sample above this x the least RTT "
+                                "is a descheduled period (must exceed the fabric's queueing delay over its base RTT)")
+    lia_vm_delta_ms: float = Field(1000.0, ge=8, le=600_000, description="LIA-VM: after a descheduled period, "
+                                   "alpha is the largest of this long")
 
 
 class HostSettings(Tuning):
@@ -349,7 +367,15 @@ class BpfMapSet:
     width: int = 8          # the value's bytes
 
 
-Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet
+@dataclass(frozen=True)
+class BpfConf:
+    """An entry of a pinned BPF array of u64 parameters (0: the program's default)."""
+    map: str
+    index: int
+    value: int
+
+
+Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet | BpfConf
 
 
 @dataclass(frozen=True)
@@ -554,10 +580,20 @@ def bpf_plan(cfg: HostConfig, a_l: float | None = None) -> list[BpfMapSet]:
     return steps
 
 
+def ccconf_plan(cfg: HostConfig) -> list[BpfConf]:
+    """The coupled controls' parameters, for a VM on MPTCP-D or LIA-VM (the
+    others read none; a host whose kernel cannot load the coupled controls
+    is never asked to write them)."""
+    if cfg.mptcp_cc not in ("mptcp_d", "lia_vm"):
+        return []
+    return [BpfConf(BPF_CCCONF_MAP, index, round(getattr(cfg, name) * scale))
+            for name, (index, scale) in CCCONF.items()]
+
+
 def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str, int] | None = None,
               lrc_limits: dict[str, PairLimit] | None = None, lrc_a_l: float | None = None) -> Plan:
     """``slots``: the pair slots in force (read back from the kernel), so
     that a new plan keeps every remaining destination's class and filter;
     ``lrc_limits``: LRC's pairs and their limits now (see :func:`tc_plan`)."""
     return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg),
-                       *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg, lrc_a_l)]))
+                       *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg, lrc_a_l), *ccconf_plan(cfg)]))

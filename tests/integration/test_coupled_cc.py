@@ -8,6 +8,8 @@ bottleneck, one of them marked by the program and destroyed by the agent's
 closer, the connection going on over the other."""
 
 import dataclasses
+import json
+import subprocess
 
 import pytest
 
@@ -108,3 +110,34 @@ def test_the_agents_plan_selects_the_control_through_bwf_ccsel(loaded, tmp_path)
     finally:
         ex.teardown()
     assert "10.79.0.1" not in cc.read_map(cc.CCSEL_MAP) and "10.79.0.1" not in cc.read_map("bwf_alevel")
+
+
+def test_the_agents_plan_sets_the_coupled_parameters_in_bwf_ccconf(loaded, tmp_path):
+    """A host's tuning (ese_beta, lia_vm_theta, ...) as the agent applies it
+    for a VM on MPTCP-D: bwf_ccconf's entries, read back from the kernel;
+    for a VM on BG/WC they go back to 0 (the program's defaults), and
+    teardown leaves them so."""
+    from hostagent import plan as P
+    from hostagent.executor import Executor
+    conf = cc.BPFFS / P.BPF_CCCONF_MAP
+    base = dict(host="c1", interface="lo", address="10.79.0.1", nic_mbps=100, guarantee_mbps=10,
+                ese_beta=0.5, lia_vm_theta=40.0, ese_confirm=2)
+
+    def read(index):
+        out = subprocess.run(["bpftool", "-j", "map", "lookup", "pinned", str(conf), "key",
+                              *[str(b) for b in index.to_bytes(4, "little")]], capture_output=True, text=True)
+        return int.from_bytes(bytes(int(b, 16) for b in json.loads(out.stdout)["value"]), "little")
+
+    ex = Executor(state_file=str(tmp_path / "ex.json"))
+    try:
+        plan = P.Plan(tuple(P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "mptcp_d"}))))
+        ex.apply(plan)
+        assert (read(2), read(4), read(8), read(1), read(3)) == (500, 40000, 2, 1300, 80)
+        assert ex.differences(plan) == []
+        ex.apply(P.Plan(tuple(P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "bgwc"})))))
+        assert [read(i) for i in (1, 2, 3, 4, 5, 8)] == [0] * 6
+        ex.apply(plan)
+        assert read(2) == 500
+    finally:
+        ex.teardown()
+    assert [read(i) for i in (1, 2, 3, 4, 5, 8)] == [0] * 6

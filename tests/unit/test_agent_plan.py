@@ -335,3 +335,23 @@ def test_msk_queues_read_connection_level_queues():
                                  "write_seq": 0x851998a43820943c, "snd_una": 0x851998a43820943c,
                                  "rcv_nxt": 0xbaa8cf898a27484a},
                                 {"local": "0.0.0.0:7100", "peer": "0.0.0.0:*", "recv_q": 0, "send_q": 4096}]
+
+
+def test_the_coupled_parameters_default_to_the_programs_own():
+    """A host's default tuning writes into bwf_ccconf exactly the defaults
+    bwf_coupled.bpf.c falls back to (conf(CONF_X, default)), so a host whose
+    operator tunes nothing runs the controls as documented; only MPTCP-D
+    and LIA-VM VMs plan the entries."""
+    import re
+    from pathlib import Path as FsPath
+    src = (FsPath(P.__file__).parent / "bpf" / "bwf_coupled.bpf.c").read_text()
+    index = {name: int(i) for name, i in re.findall(r"#define (CONF_\w+)\s+(\d+)", src)}
+    defaults = {index[name]: int(d) for name, d in re.findall(r"conf\((CONF_\w+), (\d+)\)", src)}
+    base = dict(host="h1", interface="h1-eth0", address="10.0.0.1", nic_mbps=100, guarantee_mbps=1)
+    for kind in ("mptcp_d", "lia_vm"):
+        steps = P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": kind}))
+        assert {s.index: s.value for s in steps} == {i: defaults[i] for i, _ in P.CCCONF.values()}
+    for kind in ("bgwc", "lia", "uncoupled"):
+        assert P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": kind})) == []
+    tuned = P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "mptcp_d", "ese_beta": 0.35}))
+    assert {s.index: s.value for s in tuned}[2] == 350
