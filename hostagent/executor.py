@@ -367,6 +367,9 @@ class Executor:
         for m, ip in self.touched.get("bpf", []):
             if self._bpf_lookup(m, ip) is not None:
                 out.append(f"bpf {m}[{ip}]")
+        for m, index in self.touched.get("bpfconf", []):
+            if self._bpf_read(m, _index_key(index)) not in (None, 0):
+                out.append(f"bpf {m}[{index}]")
         for key, value in self.originals.items():
             try:
                 have = " ".join(self._sysctl_path(key).read_text().split())

@@ -137,7 +137,7 @@ def test_the_agents_plan_sets_the_coupled_parameters_in_bwf_ccconf(loaded, tmp_p
         ex.apply(P.Plan(tuple(P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "bgwc"})))))
         assert [read(i) for i in (1, 2, 3, 4, 5, 8)] == [0] * 6
         ex.apply(plan)
-        assert read(2) == 500
+        assert read(2) == 500 and "bpf bwf_ccconf[2]" in ex.clean_differences()
     finally:
         ex.teardown()
-    assert [read(i) for i in (1, 2, 3, 4, 5, 8)] == [0] * 6
+    assert [read(i) for i in (1, 2, 3, 4, 5, 8)] == [0] * 6 and ex.clean_differences() == []
