@@ -131,11 +131,18 @@ def main(argv=None) -> None:
     if not addrs:
         print("usage: python -m hostagent.ese [--by-endpoint] ADDRESS [ADDRESS ...]", file=sys.stderr)
         sys.exit(2)
+    from controller.loops import LoopGuard
+
     closer = EseCloser(addrs, by_endpoint)
-    while True:
+    guard = LoopGuard(log)          # a failed round is logged and counted; the next one runs
+
+    def one_round() -> None:
         for entry in closer.round():
             print(json.dumps(entry), flush=True)
-        time.sleep(0.05)
+
+    while True:
+        time.sleep(guard.backoff("ese", 0.05, max_s=5.0))
+        guard.run("ese", one_round)
 
 
 if __name__ == "__main__":
