@@ -286,11 +286,14 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
             p.communicate(timeout=seconds + 30)
         got = json.loads(sink.communicate(timeout=60)[0])
     except subprocess.TimeoutExpired:
+        # what the two ends' sockets hold, MPTCP and subflows, for the record (ss -M: the MPTCP sockets)
+        state = {ns: sh("ip", "netns", "exec", ns, "ss", "-tniMH", check=False).stdout +
+                 sh("ip", "netns", "exec", ns, "ss", "-tniH", check=False).stdout for ns in (bed.a, bed.b)}
         for p in (*procs, sink):
             p.kill()
             p.wait(5)
         _cgroup_done(cg)
-        raise Stalled(f"a connection moved nothing for 30 s past its {seconds:g} s") from None
+        raise Stalled(f"a connection moved nothing for 30 s past its {seconds:g} s", state) from None
     machine1, lines1 = machine_cpu_s(), [ln.cpu_seconds() for ln in bed.lines]
     cpu_s = _cgroup_done(cg)
     line_s = None if None in lines0 + lines1 else sum(lines1) - sum(lines0)
@@ -603,8 +606,8 @@ def ese(runs: int, seconds: float = 3.0, alpha: float = 1.3, per_path: int = 1, 
                     try:
                         with closer(bed, by_endpoint) as closed:
                             flows = run_flows(bed, seconds, mptcp=1, warm=0.5)["flows"]
-                    except Stalled:
-                        res[setup].append({"stalled": True, "closed": len(closed)})
+                    except Stalled as exc:
+                        res[setup].append({"stalled": True, "closed": len(closed), "sockets": exc.args[1]})
                         continue
                     finally:
                         select(bed.all_addrs(), "bgwc")

@@ -56,6 +56,7 @@ BPF_CCCONF_MAP = "bwf_ccconf"    # pinned array: key = u32 index, value (u64) = 
 # the coupled controls' parameters a host's tuning sets (bwf_coupled.bpf.c's CONF_*): index, scale
 CCCONF = {"ese_alpha": (1, 1000), "ese_beta": (2, 1000), "ese_candidates": (3, 1), "lia_vm_theta": (4, 1000),
           "lia_vm_delta_ms": (5, 1), "ese_confirm": (8, 1)}
+CCCONF_ESE_OFF = 6               # 1: MPTCP-D without extra-subflow elimination (Tuning.ese false)
 # a tenant's MPTCP congestion control: BG/WC (Reno on the first subflow, bwf_wc on the joins), or one of
 # the coupled ones on every subflow (hostagent/bpf/bwf_coupled.bpf.c), or Reno on each (uncoupled)
 MPTCP_CCS = ("bgwc", "lia", "mptcp_d", "lia_vm", "uncoupled")
@@ -106,6 +107,8 @@ class Tuning(_Strict):
     pace_bg: bool = Field(True, description="pace BG subflows at 1.05 x the guarantee (bwf_sockops)")
     # the coupled controls' parameters (docs/coupled.md), set in bwf_ccconf when a VM of the host uses
     # MPTCP-D or LIA-VM: the map is the kernel's, one per host
+    ese: bool = Field(True, description="MPTCP-D closes subflows it finds sharing a bottleneck (extra-subflow "
+                      "elimination); upstream MPTCP can deadlock on the data a closed subflow held (docs/coupled.md)")
     ese_alpha: float = Field(1.3, gt=1, le=10, description="MPTCP-D's ESE: a sample above this x the subflow's "
                              "least RTT counts as congested")
     ese_beta: float = Field(0.1, gt=0, le=10, description="MPTCP-D's ESE: two subflows' RTTs within this x the "
@@ -586,8 +589,9 @@ def ccconf_plan(cfg: HostConfig) -> list[BpfConf]:
     is never asked to write them)."""
     if cfg.mptcp_cc not in ("mptcp_d", "lia_vm"):
         return []
-    return [BpfConf(BPF_CCCONF_MAP, index, round(getattr(cfg, name) * scale))
-            for name, (index, scale) in CCCONF.items()]
+    return [*(BpfConf(BPF_CCCONF_MAP, index, round(getattr(cfg, name) * scale))
+              for name, (index, scale) in CCCONF.items()),
+            BpfConf(BPF_CCCONF_MAP, CCCONF_ESE_OFF, 0 if cfg.ese else 1)]
 
 
 def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str, int] | None = None,

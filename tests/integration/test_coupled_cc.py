@@ -121,7 +121,7 @@ def test_the_agents_plan_sets_the_coupled_parameters_in_bwf_ccconf(loaded, tmp_p
     from hostagent.executor import Executor
     conf = cc.BPFFS / P.BPF_CCCONF_MAP
     base = dict(host="c1", interface="lo", address="10.79.0.1", nic_mbps=100, guarantee_mbps=10,
-                ese_beta=0.5, lia_vm_theta=40.0, ese_confirm=2)
+                ese_beta=0.5, lia_vm_theta=40.0, ese_confirm=2, ese=False)
 
     def read(index):
         out = subprocess.run(["bpftool", "-j", "map", "lookup", "pinned", str(conf), "key",
@@ -132,12 +132,12 @@ def test_the_agents_plan_sets_the_coupled_parameters_in_bwf_ccconf(loaded, tmp_p
     try:
         plan = P.Plan(tuple(P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "mptcp_d"}))))
         ex.apply(plan)
-        assert (read(2), read(4), read(8), read(1), read(3)) == (500, 40000, 2, 1300, 80)
+        assert (read(2), read(4), read(8), read(1), read(3), read(6)) == (500, 40000, 2, 1300, 80, 1)
         assert ex.differences(plan) == []
         ex.apply(P.Plan(tuple(P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "bgwc"})))))
-        assert [read(i) for i in (1, 2, 3, 4, 5, 8)] == [0] * 6
+        assert [read(i) for i in (1, 2, 3, 4, 5, 6, 8)] == [0] * 7
         ex.apply(plan)
         assert read(2) == 500 and "bpf bwf_ccconf[2]" in ex.clean_differences()
     finally:
         ex.teardown()
-    assert [read(i) for i in (1, 2, 3, 4, 5, 8)] == [0] * 6 and ex.clean_differences() == []
+    assert [read(i) for i in (1, 2, 3, 4, 5, 6, 8)] == [0] * 7 and ex.clean_differences() == []

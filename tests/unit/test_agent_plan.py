@@ -350,8 +350,9 @@ def test_the_coupled_parameters_default_to_the_programs_own():
     base = dict(host="h1", interface="h1-eth0", address="10.0.0.1", nic_mbps=100, guarantee_mbps=1)
     for kind in ("mptcp_d", "lia_vm"):
         steps = P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": kind}))
-        assert {s.index: s.value for s in steps} == {i: defaults[i] for i, _ in P.CCCONF.values()}
+        assert {s.index: s.value for s in steps} == {**{i: defaults[i] for i, _ in P.CCCONF.values()},
+                                                     P.CCCONF_ESE_OFF: defaults[P.CCCONF_ESE_OFF]}
     for kind in ("bgwc", "lia", "uncoupled"):
         assert P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": kind})) == []
-    tuned = P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "mptcp_d", "ese_beta": 0.35}))
-    assert {s.index: s.value for s in tuned}[2] == 350
+    tuned = P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "mptcp_d", "ese_beta": 0.35, "ese": False}))
+    assert {s.index: s.value for s in tuned}[2] == 350 and {s.index: s.value for s in tuned}[6] == 1
