@@ -426,7 +426,15 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
             # scheduler cannot park data on one of them: tcp_wmem[0] is the
             # connection's own share (with it at 4 KiB, WC subflows had nothing
             # to send 30-77 % of their busy time)
-            Sysctl("net.ipv4.tcp_wmem", f"{buf} {buf} {buf}"),
+            # A VM on a coupled control (mptcp_cc) gets none of bwf_sockops's
+            # per-subflow clamps, so there every subflow's send buffer would be at
+            # least B: the scheduler parks data on each, and when ESE closes one,
+            # what it held is sent again behind megabytes on another while the
+            # receiver's buffer fills with what came after -- the connection
+            # deadlocks (8 subflows, B = 8 MB: 5 of 5 runs; docs/coupled.md). There
+            # the kernel's own shape, B the ceiling: 0 of 5
+            Sysctl("net.ipv4.tcp_wmem", f"{buf} {buf} {buf}" if cfg.mptcp_cc == "bgwc"
+                   else f"4096 16384 {max(buf, 16384)}"),
             *([Sysctl("net.ipv4.tcp_rto_min_us", str(round(cfg.rto_min_ms * 1000)))]
               if cfg.rto_min_ms is not None else []),
             # LRC: conntrack counts bytes per direction, so a pair is one this VM sends on (not its ACKs)

@@ -356,3 +356,15 @@ def test_the_coupled_parameters_default_to_the_programs_own():
         assert P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": kind})) == []
     tuned = P.ccconf_plan(P.HostConfig.from_dict({**base, "mptcp_cc": "mptcp_d", "ese_beta": 0.35, "ese": False}))
     assert {s.index: s.value for s in tuned}[2] == 350 and {s.index: s.value for s in tuned}[6] == 1
+
+
+def test_a_coupled_vm_keeps_the_kernels_send_buffer_shape():
+    """BG/WC's send-buffer floor (tcp_wmem[0] = B) is for subflows bwf_sockops
+    clamps; a VM on a coupled control gets the kernel's shape with B as the
+    ceiling (with the floor at B, ESE's closings deadlocked its connections)."""
+    base = dict(host="h1", interface="h1-eth0", address="10.0.0.1", nic_mbps=100, guarantee_mbps=1)
+    for kind, want in (("bgwc", lambda b: f"{b} {b} {b}"), ("mptcp_d", lambda b: f"4096 16384 {b}"),
+                       ("lia", lambda b: f"4096 16384 {b}")):
+        sysctls = {s.key: s.value for s in P.sysctl_plan(P.HostConfig.from_dict({**base, "mptcp_cc": kind}),
+                                                         rcvbuf_bytes=500_000)}
+        assert sysctls["net.ipv4.tcp_wmem"] == want(500_000), kind
