@@ -268,7 +268,7 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
     one's goodput (Mb/s, after ``warm`` s) and duration, and the CPU time
     the endpoints' processes used (see :func:`_cgroup`)."""
     cg = _cgroup()
-    machine0, lines0 = machine_cpu_s(), [ln.cpu_seconds() for ln in bed.lines]
+    machine0 = machine_cpu_s()
     sink = subprocess.Popen(_in_cgroup(cg, ["ip", "netns", "exec", bed.b, sys.executable, "-c", SINK,
                                             str(mptcp + tcp), str(warm)]), stdout=subprocess.PIPE, text=True)
     assert sink.stdout.readline().strip() == "ready"
@@ -294,16 +294,15 @@ def run_flows(bed: Bed, seconds: float, mptcp: int = 1, tcp: int = 0, warm: floa
             p.wait(5)
         _cgroup_done(cg)
         raise Stalled(f"a connection moved nothing for 30 s past its {seconds:g} s", state) from None
-    machine1, lines1 = machine_cpu_s(), [ln.cpu_seconds() for ln in bed.lines]
+    machine1 = machine_cpu_s()
     cpu_s = _cgroup_done(cg)
-    line_s = None if None in lines0 + lines1 else sum(lines1) - sum(lines0)
     # the sink numbers connections by accept order; senders started 50 ms apart are accepted in that order
     out = []
     for k in range(mptcp + tcp):
         g = got[str(k)]
         out.append({"kind": "mptcp" if k < mptcp else "tcp", "seconds": g["seconds"],
                     "mbps": g["bytes"] * 8 / 1e6 / max(g["measured_s"], 1e-9), "bytes": g["bytes"]})
-    return {"flows": out, "endpoint_cpu_s": cpu_s, "machine_cpu_s": machine1 - machine0, "lines_cpu_s": line_s}
+    return {"flows": out, "endpoint_cpu_s": cpu_s, "machine_cpu_s": machine1 - machine0}
 
 
 def machine_cpu_s() -> float:
@@ -358,7 +357,7 @@ def check(seconds: float = 8.0) -> dict:
     """Each coupled control on two disjoint paths of unequal delay (and
     LIA-VM also under VM scheduling), traced and replayed."""
     cases = [("lia", [Path(250, 50), Path(1000, 50)]), ("mptcp_d", [Path(250, 50), Path(1000, 50)]),
-             ("lia_vm", [Path(250, 50, gate={"on_ms": 30, "off_ms": 90, "off_gap_us": 5000}), Path(1000, 50)])]
+             ("lia_vm", [Path(250, 50, gate=vm_gate(30, direction="both")), Path(1000, 50)])]
     out = {}
     for kind, paths in cases:
         with testbed(paths) as bed:
@@ -513,6 +512,33 @@ def throughput(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled"))
     return out
 
 
+def vm_gate(slice_ms: float | None, off_ms: float | None = None, direction: str = "ba") -> dict | None:
+    """The delay line's gate for a descheduled sender VM: on a slice, off
+    ``off_ms`` (three slices: three other VMs share its CPU), a trickle
+    while off; None without scheduling."""
+    if slice_ms is None:
+        return None
+    return {"on_ms": slice_ms, "off_ms": 3 * slice_ms if off_ms is None else off_ms, "off_gap_us": 5000,
+            "gate": direction}
+
+
+def _goodputs(seconds: float, runs: int, gate: dict | None, mbps: float) -> dict:
+    """LIA, LIA-VM and uncoupled MPTCP on two gated paths of 0.5 ms RTT:
+    each one's goodput per run."""
+    row = {}
+    for kind in ("lia", "lia_vm", "uncoupled"):
+        vals = []
+        for _ in range(runs):
+            with testbed([Path(250, mbps, gate=gate), Path(250, mbps, gate=gate)]) as bed:
+                select(bed.all_addrs(), kind)
+                try:
+                    vals.append(run_flows(bed, seconds, mptcp=1)["flows"][0]["mbps"])
+                finally:
+                    select(bed.all_addrs(), "bgwc")
+        row[kind] = vals
+    return row
+
+
 def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0, gate_dir: str = "ba") -> dict:
     """LIA and LIA-VM on two 100 Mb/s paths of 0.5 ms RTT, the sender a VM
     sharing its CPU with three others (on a slice, off three): by default
@@ -520,20 +546,8 @@ def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0, gate
     drains (``gate_dir`` "ba"; "both" holds both directions, and caps the
     goodput at the duty cycle whatever the control): goodput of each (the
     seed paper's Fig. 7a)."""
-    out = []
-    for sl in [None, *slices]:
-        gate = None if sl is None else {"on_ms": sl, "off_ms": 3 * sl, "off_gap_us": 5000, "gate": gate_dir}
-        row = {"slice_ms": sl}
-        for kind in ("lia", "lia_vm", "uncoupled"):
-            vals = []
-            for _ in range(runs):
-                with testbed([Path(250, mbps, gate=gate), Path(250, mbps, gate=gate)]) as bed:
-                    select(bed.all_addrs(), kind)
-                    vals.append(run_flows(bed, seconds, mptcp=1)["flows"][0]["mbps"])
-                    select(bed.all_addrs(), "bgwc")
-            row[kind] = vals
-        out.append(row)
-    return {"rows": out}
+    return {"rows": [{"slice_ms": sl, **_goodputs(seconds, runs, vm_gate(sl, direction=gate_dir), mbps)}
+                     for sl in [None, *slices]]}
 
 
 FREE_TOS = (0x28, 0xfc)
@@ -547,7 +561,7 @@ def cubic(seconds: float, runs: int, slice_ms: float | None = None) -> dict:
     the CUBIC flow is another VM's, on no schedule -- its frames (TOS
     0x28, reflected by the receiver) take an ungated delay line of their
     own into the same token bucket."""
-    gate = None if slice_ms is None else {"on_ms": slice_ms, "off_ms": 3 * slice_ms, "off_gap_us": 5000, "gate": "ba"}
+    gate = vm_gate(slice_ms)
     out: dict = {"slice_ms": slice_ms}
     for kind in ("lia", "lia_vm", "uncoupled"):
         rows = []
@@ -567,7 +581,7 @@ def transfer(runs: int, size_mb: float = 61.0, slice_ms: float = 480.0) -> dict:
     """The seed paper's Fig. 8, scaled: the time to move ``size_mb`` MB
     (the paper: 610 MB) over two 100 Mb/s paths with the sender a
     descheduled VM (on a slice, off three), LIA vs LIA-VM."""
-    gate = {"on_ms": slice_ms, "off_ms": 3 * slice_ms, "off_gap_us": 5000, "gate": "ba"}
+    gate = vm_gate(slice_ms)
     out: dict = {"size_mb": size_mb, "slice_ms": slice_ms}
     for kind in ("lia", "lia_vm", "uncoupled"):
         times = []
@@ -645,19 +659,8 @@ def weights(seconds: float, runs: int, weights_: list[float], slice_ms: float = 
     for w in weights_:
         if not w > 0 or w == float("inf"):
             raise ValueError(f"weight {w!r} must be a finite number > 0")
-        gate = {"on_ms": slice_ms, "off_ms": 3 * slice_ms * 256 / w, "off_gap_us": 5000, "gate": "ba"}
-        row = {"weight": w, "duty": w / (w + 3 * 256)}
-        for kind in ("lia", "lia_vm", "uncoupled"):
-            vals = []
-            for _ in range(runs):
-                with testbed([Path(250, mbps, gate=gate), Path(250, mbps, gate=gate)]) as bed:
-                    select(bed.all_addrs(), kind)
-                    try:
-                        vals.append(run_flows(bed, seconds, mptcp=1)["flows"][0]["mbps"])
-                    finally:
-                        select(bed.all_addrs(), "bgwc")
-            row[kind] = vals
-        out.append(row)
+        out.append({"weight": w, "duty": w / (w + 3 * 256),
+                    **_goodputs(seconds, runs, vm_gate(slice_ms, 3 * slice_ms * 256 / w), mbps)})
     return {"slice_ms": slice_ms, "rows": out}
 
 
@@ -674,7 +677,7 @@ def gating(seconds: float, slices: list[float], mbps: float = 100.0) -> dict:
     (segments) and the goodput."""
     out = []
     for sl in [None, *slices]:
-        gate = None if sl is None else {"on_ms": sl, "off_ms": 3 * sl, "off_gap_us": 5000, "gate": "ba"}
+        gate = vm_gate(sl)
         row: dict = {"slice_ms": sl}
         for kind in ("lia", "lia_vm"):
             with testbed([Path(250, mbps, gate=gate), Path(250, mbps, gate=gate)]) as bed:
@@ -749,12 +752,12 @@ def short_rtt(seconds: float, runs: int, kinds=("lia", "mptcp_d", "uncoupled"), 
                 try:
                     assert echo.stdout.readline().strip() == "ready"
                     with closer(bed) as closed:
-                        sh_ = subprocess.Popen(["ip", "netns", "exec", bed.a, "sh", "-c",
+                        shorts = subprocess.Popen(["ip", "netns", "exec", bed.a, "sh", "-c",
                                                 f"sleep 2; exec {sys.executable} -c \"$0\" \"$@\"", SHORT,
                                                 bed.dst, str(PORT + 1), bed.addrs(0)[0], str(size), "0.1",
                                                 str(seconds - 3)], stdout=subprocess.PIPE, text=True)
                         res = run_flows(bed, seconds, mptcp=1, warm=2.0)
-                        times = json.loads(sh_.communicate(timeout=seconds + 30)[0])
+                        times = json.loads(shorts.communicate(timeout=seconds + 30)[0])
                 finally:
                     echo.kill()
                     echo.wait(5)

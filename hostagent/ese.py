@@ -91,20 +91,16 @@ class EseCloser:
             if info.strip() and unacked > 0 and time.monotonic() - first < DRAIN_S:
                 continue
             held = unacked + notsent if info.strip() else 0
-            if self.by_endpoint:
-                res = _delete_endpoint(ev.saddr)
-            else:
-                res = subprocess.run(["ss", "-K", "-t", *where], capture_output=True, text=True)
+            done_ok, why = _delete_endpoint(ev.saddr) if self.by_endpoint else _destroy(ev.saddr, where)
             m.delete(key)
             self.pending.pop(key, None)
             entry = {"src": f"{ev.saddr}:{ev.sport}", "dst": f"{ev.daddr}:{ev.dport}", "token": ev.token,
                      "subflow": ev.sub, "rtt_us": ev.rtt_us, "ref_rtt_us": ev.ref_rtt_us,
-                     "min_rtt_us": ev.min_rtt_us, "destroyed": res.returncode == 0 and ev.saddr in res.stdout,
+                     "min_rtt_us": ev.min_rtt_us, "destroyed": done_ok,
                      "held_at_close": held, "drain_s": round(time.monotonic() - first, 3)}
             if not entry["destroyed"]:
                 self.failed += 1
-                log.warning("ESE: subflow %s -> %s not destroyed: %s", entry["src"], entry["dst"],
-                            (res.stderr or res.stdout).strip()[-200:] or "no such socket (closed already)")
+                log.warning("ESE: subflow %s -> %s not destroyed: %s", entry["src"], entry["dst"], why)
             else:
                 log.info("ESE closed subflow %s -> %s (rtt %d us, reference %d us, base %d us)", entry["src"],
                          entry["dst"], ev.rtt_us, ev.ref_rtt_us, ev.min_rtt_us)
@@ -113,15 +109,22 @@ class EseCloser:
         return done
 
 
-def _delete_endpoint(addr: str) -> subprocess.CompletedProcess:
-    """``ip mptcp endpoint delete`` of the endpoint holding ``addr``; its
-    stdout names the address when done (as ``ss -K``'s does)."""
+def _destroy(addr: str, where: list[str]) -> tuple[bool, str]:
+    """SOCK_DESTROY of the subflow (``ss -K``, which names the sockets it killed)."""
+    res = subprocess.run(["ss", "-K", "-t", *where], capture_output=True, text=True)
+    if res.returncode == 0 and addr in res.stdout:
+        return True, ""
+    return False, (res.stderr or res.stdout).strip()[-200:] or "no such socket (closed already)"
+
+
+def _delete_endpoint(addr: str) -> tuple[bool, str]:
+    """``ip mptcp endpoint delete`` of the endpoint holding ``addr``."""
     show = subprocess.run(["ip", "mptcp", "endpoint", "show"], capture_output=True, text=True).stdout
     m = re.search(rf"^{re.escape(addr)} id (\d+)", show, re.M)
     if not m:
-        return subprocess.CompletedProcess([], 1, "", f"no endpoint for {addr}")
+        return False, f"no endpoint for {addr}"
     res = subprocess.run(["ip", "mptcp", "endpoint", "delete", "id", m.group(1)], capture_output=True, text=True)
-    return subprocess.CompletedProcess(res.args, res.returncode, addr if res.returncode == 0 else "", res.stderr)
+    return res.returncode == 0, res.stderr.strip()[-200:]
 
 
 def main(argv=None) -> None:
