@@ -122,11 +122,46 @@ class Bed:
     def all_addrs(self) -> list[str]:
         return [x for i in range(len(self.paths)) for x in self.addrs(i)]
 
+    def extra_addrs(self) -> list[str]:
+        """The subflow endpoints: every address but the first."""
+        return [x for x in self.all_addrs() if x != self.addrs(0)[0]]
+
+    def subflows(self) -> int:
+        return min(8, len(self.extra_addrs()))
+
+    def guest_nics(self) -> list[dict]:
+        """What a guest sender (experiments.vmguest) configures per path: its
+        MAC (the tap's peer), addresses, subflow endpoints and their ids."""
+        ids = {addr: k + 1 for k, addr in enumerate(self.extra_addrs())}
+        return [{"mac": guest_mac(i), "addrs": self.addrs(i), "peer": f"10.78.{i + 1}.2",
+                 "endpoints": [x for x in self.addrs(i) if x in ids],
+                 "endpoint_ids": [ids[x] for x in self.addrs(i) if x in ids]} for i in range(len(self.paths))]
+
+
+def guest_mac(i: int) -> str:
+    return f"52:54:00:78:{i + 1:02x}:01"
+
+
+# both ends' namespaces (and a guest sender's kernel)
+SENDER_SYSCTLS = {
+    "net.mptcp.enabled": "1",
+    "net.ipv4.conf.all.rp_filter": "0",
+    "net.ipv4.tcp_no_metrics_save": "1",
+    # a TCP flow's answers carry the TOS its SYN came with (Path.free_tos sorts by it both ways)
+    "net.ipv4.tcp_reflect_tos": "1",
+    # windows able to cover a descheduled VM's off-periods (100 Mb/s x 1.5 s = 19 MB)
+    "net.ipv4.tcp_wmem": "4096 131072 67108864",
+    "net.ipv4.tcp_rmem": "4096 131072 67108864",
+}
+
 
 @contextlib.contextmanager
-def testbed(paths: list[Path]):
+def testbed(paths: list[Path], guest: bool = False):
     """A, B and one delay-line namespace per path; yields a :class:`Bed`.
-    Everything it made is removed by name on the way out."""
+    Everything it made is removed by name on the way out. ``guest``: A is
+    only a switch -- per path a bridge joining the path's veth and a tap
+    ``t<i>`` for a guest sender's NIC (experiments.vmguest), which holds
+    the addresses, routes and endpoints A would."""
     tag = uuid.uuid4().hex[:5]
     a, b = f"cpA{tag}", f"cpB{tag}"
     bed = Bed(a, b, paths)
@@ -142,8 +177,17 @@ def testbed(paths: list[Path]):
             ai, bi = f"a{i}", f"b{i}"
             sh("ip", "link", "add", ai, "netns", a, "type", "veth", "peer", "name", "xa", "netns", m)
             sh("ip", "link", "add", bi, "netns", b, "type", "veth", "peer", "name", "xb", "netns", m)
-            for j, addr in enumerate(bed.addrs(i)):
-                sh("ip", "-n", a, "addr", "add", f"{addr}/24", "dev", ai)
+            if guest:
+                sh("ip", "-n", a, "link", "add", f"br{i}", "type", "bridge", "forward_delay", "0")
+                sh("ip", "-n", a, "tuntap", "add", f"t{i}", "mode", "tap")
+                for dev in (ai, f"t{i}"):
+                    sh("ip", "-n", a, "link", "set", dev, "master", f"br{i}")
+                for dev in (f"br{i}", f"t{i}"):
+                    sh("ip", "-n", a, "link", "set", dev, "up")
+                offloads_off(f"t{i}", a)
+            else:
+                for addr in bed.addrs(i):
+                    sh("ip", "-n", a, "addr", "add", f"{addr}/24", "dev", ai)
             sh("ip", "-n", b, "addr", "add", f"10.78.{i + 1}.2/24", "dev", bi)
             for n, dev in ((a, ai), (b, bi), (m, "xa"), (m, "xb")):
                 sh("ip", "-n", n, "link", "set", dev, "up")
@@ -156,9 +200,10 @@ def testbed(paths: list[Path]):
             sh("ip", "netns", "exec", m, "tc", "qdisc", "replace", "dev", "xb", "root", "tbf", "rate", f"{p.mbps}mbit",
                "burst", "32kb", "limit", str(limit))
             # subflows from path i's addresses leave by path i
-            sh("ip", "netns", "exec", a, "ip", "route", "add", "default", "dev", ai, "table", str(100 + i))
-            for addr in bed.addrs(i):
-                sh("ip", "netns", "exec", a, "ip", "rule", "add", "from", addr, "table", str(100 + i))
+            if not guest:
+                sh("ip", "netns", "exec", a, "ip", "route", "add", "default", "dev", ai, "table", str(100 + i))
+                for addr in bed.addrs(i):
+                    sh("ip", "netns", "exec", a, "ip", "rule", "add", "from", addr, "table", str(100 + i))
             if p.free_tos and p.gate:
                 bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, spin_us=p.spin_us, not_tos=p.free_tos,
                                            **p.gate).start())
@@ -168,22 +213,16 @@ def testbed(paths: list[Path]):
                 bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, spin_us=p.spin_us,
                                            **(p.gate or {})).start())
         for n in (a, b):
-            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.mptcp.enabled=1")
-            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
-            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1")
-            # a TCP flow's answers carry the TOS its SYN came with (Path.free_tos sorts by it both ways)
-            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv4.tcp_reflect_tos=1")
-            # windows able to cover a descheduled VM's off-periods (100 Mb/s x 1.5 s = 19 MB)
-            for k in ("net.ipv4.tcp_wmem", "net.ipv4.tcp_rmem"):
-                sh("ip", "netns", "exec", n, "sysctl", "-qw", f"{k}=4096 131072 67108864")
-        extra = [x for x in bed.all_addrs() if x != bed.addrs(0)[0]]
-        sh("ip", "netns", "exec", a, "ip", "mptcp", "limits", "set", "subflows", str(min(8, len(extra))),
-           "add_addr_accepted", "0")
+            for k, v in SENDER_SYSCTLS.items():
+                sh("ip", "netns", "exec", n, "sysctl", "-qw", f"{k}={v}")
         sh("ip", "netns", "exec", b, "ip", "mptcp", "limits", "set", "subflows", "8", "add_addr_accepted", "0")
-        for k, addr in enumerate(extra):
-            i = int(addr.split(".")[2]) - 1
-            sh("ip", "netns", "exec", a, "ip", "mptcp", "endpoint", "add", addr, "dev", f"a{i}", "id", str(k + 1),
-               "subflow")
+        if not guest:
+            sh("ip", "netns", "exec", a, "ip", "mptcp", "limits", "set", "subflows", str(bed.subflows()),
+               "add_addr_accepted", "0")
+            for k, addr in enumerate(bed.extra_addrs()):
+                i = int(addr.split(".")[2]) - 1
+                sh("ip", "netns", "exec", a, "ip", "mptcp", "endpoint", "add", addr, "dev", f"a{i}", "id",
+                   str(k + 1), "subflow")
         # the receiver's subflows: plain Reno, none of BG/WC's settings (bwf_sockops would give its joins bwf_wc)
         select(bed.receiver_addrs(), "uncoupled")
         yield bed
@@ -550,6 +589,71 @@ def vm(seconds: float, slices: list[float], runs: int, mbps: float = 100.0, gate
                      for sl in [None, *slices]]}
 
 
+def vm_guest(seconds: float, slices: list[float], runs: int, mbps: float = 100.0,
+             kinds=("lia", "lia_vm", "uncoupled"), cpu: int = 0) -> dict:
+    """Fig. 7a with a real guest as the sender VM (experiments.vmguest):
+    its vCPU runs on host CPU ``cpu`` for a slice and waits three while a
+    CPU hog has it (vmguest.cpu_share; alone there for the row without
+    scheduling); two
+    paths of ``mbps`` and 0.5 ms RTT, ungated delay lines. Everything else
+    of the run is kept off ``cpu``. Each run's goodput at the receiver and
+    the guest's BPF counters (off-periods LIA-VM detected)."""
+    from experiments import vmguest
+    if (why := vmguest.missing()) is not None:
+        raise RuntimeError(why)
+    mine = os.sched_getaffinity(0)
+    if not mine - {cpu}:
+        raise RuntimeError(f"the run needs a CPU besides {cpu} for everything but the guest's vCPU")
+    os.sched_setaffinity(0, mine - {cpu})
+    rows = []
+    try:
+        for sl in [None, *slices]:
+            row: dict = {"slice_ms": sl}
+            for kind in kinds:
+                runs_ = [_guest_run(seconds, sl, kind, mbps, cpu) for _ in range(runs)]
+                row[kind] = [r["mbps"] for r in runs_]
+                row[f"{kind}_guest"] = [r["guest"] for r in runs_]
+                row[f"{kind}_vcpu_share"] = [r["vcpu_share"] for r in runs_]
+            rows.append(row)
+            print(json.dumps(row, default=str), file=sys.stderr, flush=True)
+    finally:
+        os.sched_setaffinity(0, mine)
+    duty = 1 / 4
+    base = rows[0]
+    for r in rows[1:]:
+        # what the VM's turns allow: its unscheduled goodput while on, nothing while off
+        r["of_duty_bound"] = {k: sum(r[k]) / len(r[k]) / (duty * sum(base[k]) / len(base[k])) for k in kinds}
+    return {"mbps": mbps, "seconds": seconds, "duty": duty, "rows": rows}
+
+
+def _guest_run(seconds: float, slice_ms: float | None, kind: str, mbps: float, cpu: int, warm: float = 2.0) -> dict:
+    from experiments import vmguest
+    with testbed([Path(250, mbps), Path(250, mbps)], guest=True) as bed:
+        sink = subprocess.Popen(["ip", "netns", "exec", bed.b, sys.executable, "-c", SINK, "1", str(warm)],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            assert sink.stdout.readline().strip() == "ready"
+            spec = {"nics": bed.guest_nics(), "subflows": bed.subflows(), "kind": kind, "dst": bed.dst,
+                    "src": bed.addrs(0)[0], "seconds": seconds}
+            with vmguest.Guest(bed.a, [(f"t{i}", guest_mac(i)) for i in range(len(bed.paths))], spec) as g:
+                tids = g.vcpu_tids()
+                # scheduled from the sender's start: a guest kernel booting on 1/4 of a CPU in 1.4 s gaps
+                # panics in its boot-time timer check
+                g.wait_marker("ready", 300)
+                with vmguest.cpu_share(tids, cpu, slice_ms) as sched:
+                    guest = g.wait(timeout=seconds + 900)
+            if "error" in guest or "error" in guest.get("sender", {}):
+                raise RuntimeError(f"the guest's job failed: {guest}")
+            got = json.loads(sink.communicate(timeout=60)[0])["0"]
+        finally:
+            if sink.poll() is None:
+                sink.kill()
+                sink.wait(5)
+    # the vCPU's share while the sender ran: samples up to its end, less the guest's power-off
+    vcpu = vmguest.share(sched["usage"], until=sched["usage"][-1][0] - 0.6 if sched["usage"] else None)
+    return {"mbps": got["bytes"] * 8 / 1e6 / max(got["measured_s"], 1e-9), "guest": guest, "vcpu_share": vcpu}
+
+
 FREE_TOS = (0x28, 0xfc)
 
 
@@ -778,11 +882,16 @@ def plot(cmd: str, out, path: str) -> None:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3.6))
     mean = lambda v: sum(v) / len(v)    # noqa: E731
-    if cmd == "vm":
+    if cmd in ("vm", "vm-guest"):
         rows = out["rows"]
         xs = ["none" if r["slice_ms"] is None else f"{r['slice_ms']:g}" for r in rows]
         for k, kind in enumerate(("lia", "lia_vm", "uncoupled")):
             ax.bar([i + 0.27 * (k - 1) for i in range(len(rows))], [mean(r[kind]) for r in rows], 0.27, label=kind)
+        if cmd == "vm-guest" and rows[0]["slice_ms"] is None:
+            bound = out["duty"] * mean(rows[0]["lia"])
+            ax.hlines([bound] * (len(rows) - 1), [i - 0.45 for i in range(1, len(rows))],
+                      [i + 0.45 for i in range(1, len(rows))], colors="k", linestyles="dashed",
+                      label="duty x unscheduled LIA")
         ax.set_xticks(range(len(rows)), xs)
         ax.set_xlabel("VM slice (ms; off 3 slices)")
         ax.set_ylabel("goodput (Mb/s)")
@@ -871,6 +980,8 @@ KINDS = {
     "weights": "LIA vs LIA-VM vs uncoupled as the sender VM's scheduler weight changes (seed paper Fig. 7b)",
     "gating": "RTT samples, sRTT, alpha, windows and goodput of LIA / LIA-VM per VM slice (Figs. 4-6, traced)",
     "short-rtt": "handshake and completion times of short flows next to LIA / MPTCP-D / uncoupled MPTCP",
+    "vm-guest": "LIA vs LIA-VM with a real guest kernel as the sender VM, its vCPU round-robin with three "
+                "CPU hogs at each slice (Fig. 7a; needs `python -m experiments.vmguest setup`)",
 }
 
 
@@ -894,6 +1005,7 @@ class Config:
     weights: tuple[float, ...] = (128.0, 256.0, 512.0, 1024.0)
     slice_weights_ms: float = 30.0
     size: int = 10_000
+    mbps: float = 100.0              # vm-guest: each path's rate
 
 
 def measure(cfg: Config) -> dict | list:
@@ -909,6 +1021,8 @@ def measure(cfg: Config) -> dict | list:
         return throughput(cfg.seconds, cfg.runs)
     if cfg.kind == "vm":
         return vm(cfg.seconds, list(cfg.slices), cfg.runs, gate_dir=cfg.gate)
+    if cfg.kind == "vm-guest":
+        return vm_guest(cfg.seconds, list(cfg.slices), cfg.runs, mbps=cfg.mbps)
     if cfg.kind == "cubic":
         return cubic(cfg.seconds, cfg.runs, cfg.slice_ms or None)
     if cfg.kind == "transfer":
@@ -951,6 +1065,11 @@ def main(argv=None) -> None:
     c.add_argument("--slices", type=float, nargs="+", default=[30, 120, 480])
     c.add_argument("--runs", type=int, default=1)
     c.add_argument("--gate", default="ba", choices=("ba", "ab", "both"))
+    c = sub.add_parser("vm-guest")
+    c.add_argument("--seconds", type=float, default=20.0)
+    c.add_argument("--slices", type=float, nargs="+", default=[30, 120, 480])
+    c.add_argument("--runs", type=int, default=1)
+    c.add_argument("--mbps", type=float, default=100.0)
     c = sub.add_parser("cubic")
     c.add_argument("--seconds", type=float, default=15.0)
     c.add_argument("--runs", type=int, default=2)
