@@ -33,6 +33,11 @@ setup() {
         .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
         touch .venv/.installed
     fi
+    # the guest kernel and QEMU for coupled-vm-guest and its test (experiments/vmguest.py); quick once done
+    if ! .venv/bin/python -c "from experiments import vmguest; raise SystemExit(vmguest.missing() is not None)"; then
+        echo "bwfabric.sh: setting up the guest kernel (QEMU from bookworm-backports)" >&2
+        .venv/bin/python -m experiments.vmguest setup >/dev/null
+    fi
 }
 
 cmd="${1:-experiment}"

@@ -326,13 +326,14 @@ def cpu_share(tids: list[int], cpu: int, slice_ms: float | None, off_ms: float |
         stop.set()
         if th:
             th.join(5)
+        # the vCPU back to normal first: a hog starved by it could not run to die
+        for tid in tids:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
         if hog:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(hog.pid, signal.SIGKILL)
             hog.wait(5)
-        for tid in tids:
-            with contextlib.suppress(ProcessLookupError):
-                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
 
 
 def share(usage: list, until: float | None = None) -> float | None:
