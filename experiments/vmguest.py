@@ -50,11 +50,12 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
-mkdir -p /tmp/job && mount -t virtiofs job /tmp/job
+# not over /tmp: the checkout may live there (the root is the host's, read-only)
+mkdir -p /run/job /run/tmp && mount -t virtiofs job /run/job
+export TMPDIR=/run/tmp
 modprobe -d {modroot} virtio_net
 ip link set lo up
-cd {repo} && {python} -m experiments.vmguest job /tmp/job/spec.json > /tmp/job/job.out 2> /tmp/job/job.err
+cd {repo} && {python} -m experiments.vmguest job /run/job/spec.json > /run/job/job.out 2> /run/job/job.err
 sync
 echo o > /proc/sysrq-trigger
 """
