@@ -240,8 +240,10 @@ class Guest:
         return p.read_text(errors="replace") if p.exists() else ""
 
     def close(self) -> None:
-        if os.environ.get("BWF_KEEP_GUEST"):
-            shutil.copytree(self.dir, os.environ["BWF_KEEP_GUEST"], dirs_exist_ok=True)
+        if os.environ.get("BWF_KEEP_GUEST"):     # a copy of the run's console, spec and result, for a post-mortem
+            with contextlib.suppress(OSError):
+                shutil.copytree(self.dir, os.environ["BWF_KEEP_GUEST"], dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("*.sock"))
         for p in ([self.qemu] if self.qemu else []) + self.procs:
             if p.poll() is None:
                 p.kill()
