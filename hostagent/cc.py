@@ -39,7 +39,8 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
 BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
 FIX_MAP = "bwf_wcfix"   # [0] thresholds, [1] windows repaired, [2] of those with a runaway pacing rate, [3] ACKs at the ceiling
-MARKS_MAP = "bwf_wcmarks"   # [0] reductions with more than one mark, [1] extra halvings, [2] capped
+MARKS_MAP = "bwf_wcmarks"   # [0] reductions with more than one mark, [1] extra halvings, [2] capped,
+                             # [3] reductions that became loss recoveries (no per-mark cut)
 MAPS = ("bwf_alevel", "bwf_kcount", FIX_MAP, MARKS_MAP)
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
 PACE_MAP = "bwf_bgpace"
@@ -309,8 +310,9 @@ def repairs() -> dict[str, int]:
 def mark_cuts() -> dict[str, int]:
     """How often bwf_wc_ecn cut a window again, at the end of a reduction,
     for the ECN marks it met beyond the first (bwf_wcmarks): reductions,
-    halvings in all, and reductions that met more marks than the cap."""
-    return _counters(MARKS_MAP, ("reductions", "halvings", "capped"))
+    halvings in all, reductions that met more marks than the cap, and
+    reductions that became loss recoveries (never cut per mark)."""
+    return _counters(MARKS_MAP, ("reductions", "halvings", "capped", "loss_disarmed"))
 
 
 if __name__ == "__main__":

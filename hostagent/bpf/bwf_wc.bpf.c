@@ -90,10 +90,11 @@ struct {
 } bwf_wcfix SEC(".maps");
 
 /* [0] reductions that met more than one mark, [1] extra halvings applied,
- * [2] reductions that met more than 1 + MAX_EXTRA_CUTS (halvings lost to the cap) */
+ * [2] reductions that met more than 1 + MAX_EXTRA_CUTS (halvings lost to the cap),
+ * [3] reductions that became loss recoveries (no per-mark cut: see bwf_set_state) */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, 4);
 	__type(key, __u32);
 	__type(value, __u64);
 } bwf_wcmarks SEC(".maps");
@@ -386,6 +387,24 @@ void BPF_PROG(bwf_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 		cut_per_mark(sk);
 }
 
+/* A reduction that turns into a loss recovery (or a timeout) gets no
+ * per-mark cut: during a recovery the sender does not signal CWR again, so
+ * a peer that latches its echo (RFC 3168) echoes one mark on every ACK until
+ * the recovery ends -- counted as marks, they cut the window up to
+ * MAX_EXTRA_CUTS more times for one mark (the latched-echo test saw 35
+ * halvings in a run with tail drops). The loss already halved the window. */
+SEC("struct_ops")
+void BPF_PROG(bwf_set_state, struct sock *sk, __u8 new_state)
+{
+	struct bwf_ca *ca = ca_of(sk);
+
+	if (new_state == TCP_CA_Recovery || new_state == TCP_CA_Loss) {
+		if (ca->cut_armed)
+			bump(&bwf_wcmarks, 3, 1);
+		ca->cut_armed = 0;
+	}
+}
+
 SEC("struct_ops")
 __u32 BPF_PROG(bwf_undo_cwnd, struct sock *sk)
 {
@@ -410,6 +429,7 @@ void BPF_PROG(bwf_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 		.undo_cwnd	= (void *)bwf_undo_cwnd,		\
 		.pkts_acked	= (void *)bwf_pkts_acked,		\
 		.cwnd_event	= (void *)bwf_cwnd_event,		\
+		.set_state	= (void *)bwf_set_state,		\
 		.flags		= cc_flags,				\
 		.name		= #var,					\
 	}
