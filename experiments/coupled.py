@@ -129,9 +129,9 @@ class Bed:
     def subflows(self) -> int:
         return min(8, len(self.extra_addrs()))
 
-    def guest_nics(self) -> list[dict]:
-        """What a guest sender (experiments.vmguest) configures per path: its
-        MAC (the tap's peer), addresses, subflow endpoints and their ids."""
+    def sender_nics(self) -> list[dict]:
+        """What the sender configures per path (:func:`sender_commands`): a
+        guest's MAC (the tap's peer), addresses, subflow endpoints and their ids."""
         ids = {addr: k + 1 for k, addr in enumerate(self.extra_addrs())}
         return [{"mac": guest_mac(i), "addrs": self.addrs(i), "peer": f"10.78.{i + 1}.2",
                  "endpoints": [x for x in self.addrs(i) if x in ids],
@@ -140,6 +140,21 @@ class Bed:
 
 def guest_mac(i: int) -> str:
     return f"52:54:00:78:{i + 1:02x}:01"
+
+
+def sender_commands(nics: list[dict], devs: list[str], subflows: int) -> list[list[str]]:
+    """The sender's side of the testbed, wherever it runs (namespace A, or
+    a guest kernel): per path its addresses on ``devs[i]``, policy routing
+    so that subflows from path i's addresses leave by path i, and the MPTCP
+    endpoints and limits."""
+    cmds = []
+    for i, (nic, dev) in enumerate(zip(nics, devs)):
+        cmds += [["ip", "addr", "add", f"{addr}/24", "dev", dev] for addr in nic["addrs"]]
+        cmds += [["ip", "link", "set", dev, "up"], ["ip", "route", "add", "default", "dev", dev, "table", str(100 + i)]]
+        cmds += [["ip", "rule", "add", "from", addr, "table", str(100 + i)] for addr in nic["addrs"]]
+        cmds += [["ip", "mptcp", "endpoint", "add", addr, "dev", dev, "id", str(k), "subflow"]
+                 for addr, k in zip(nic["endpoints"], nic["endpoint_ids"])]
+    return cmds + [["ip", "mptcp", "limits", "set", "subflows", str(subflows), "add_addr_accepted", "0"]]
 
 
 # both ends' namespaces (and a guest sender's kernel)
@@ -185,9 +200,6 @@ def testbed(paths: list[Path], guest: bool = False):
                 for dev in (f"br{i}", f"t{i}"):
                     sh("ip", "-n", a, "link", "set", dev, "up")
                 offloads_off(f"t{i}", a)
-            else:
-                for addr in bed.addrs(i):
-                    sh("ip", "-n", a, "addr", "add", f"{addr}/24", "dev", ai)
             sh("ip", "-n", b, "addr", "add", f"10.78.{i + 1}.2/24", "dev", bi)
             for n, dev in ((a, ai), (b, bi), (m, "xa"), (m, "xb")):
                 sh("ip", "-n", n, "link", "set", dev, "up")
@@ -199,11 +211,6 @@ def testbed(paths: list[Path], guest: bool = False):
             # held short by TCP small queues (per socket), and two Reno flows through one shared it 1.5-3.5 : 1
             sh("ip", "netns", "exec", m, "tc", "qdisc", "replace", "dev", "xb", "root", "tbf", "rate", f"{p.mbps}mbit",
                "burst", "32kb", "limit", str(limit))
-            # subflows from path i's addresses leave by path i
-            if not guest:
-                sh("ip", "netns", "exec", a, "ip", "route", "add", "default", "dev", ai, "table", str(100 + i))
-                for addr in bed.addrs(i):
-                    sh("ip", "netns", "exec", a, "ip", "rule", "add", "from", addr, "table", str(100 + i))
             if p.free_tos and p.gate:
                 bed.lines.append(DelayLine("xa", "xb", p.delay_us, netns=m, spin_us=p.spin_us, not_tos=p.free_tos,
                                            **p.gate).start())
@@ -217,12 +224,8 @@ def testbed(paths: list[Path], guest: bool = False):
                 sh("ip", "netns", "exec", n, "sysctl", "-qw", f"{k}={v}")
         sh("ip", "netns", "exec", b, "ip", "mptcp", "limits", "set", "subflows", "8", "add_addr_accepted", "0")
         if not guest:
-            sh("ip", "netns", "exec", a, "ip", "mptcp", "limits", "set", "subflows", str(bed.subflows()),
-               "add_addr_accepted", "0")
-            for k, addr in enumerate(bed.extra_addrs()):
-                i = int(addr.split(".")[2]) - 1
-                sh("ip", "netns", "exec", a, "ip", "mptcp", "endpoint", "add", addr, "dev", f"a{i}", "id",
-                   str(k + 1), "subflow")
+            for cmd in sender_commands(bed.sender_nics(), [f"a{i}" for i in range(len(paths))], bed.subflows()):
+                sh("ip", "netns", "exec", a, *cmd)
         # the receiver's subflows: plain Reno, none of BG/WC's settings (bwf_sockops would give its joins bwf_wc)
         select(bed.receiver_addrs(), "uncoupled")
         yield bed
@@ -633,7 +636,7 @@ def _guest_run(seconds: float, slice_ms: float | None, kind: str, mbps: float, c
                                 stdout=subprocess.PIPE, text=True)
         try:
             assert sink.stdout.readline().strip() == "ready"
-            spec = {"nics": bed.guest_nics(), "subflows": bed.subflows(), "kind": kind, "dst": bed.dst,
+            spec = {"nics": bed.sender_nics(), "subflows": bed.subflows(), "kind": kind, "dst": bed.dst,
                     "src": bed.addrs(0)[0], "seconds": seconds}
             with vmguest.Guest(bed.a, [(f"t{i}", guest_mac(i)) for i in range(len(bed.paths))], spec) as g:
                 tids = g.vcpu_tids()

@@ -65,8 +65,11 @@ class GuestError(RuntimeError):
     pass
 
 
-def _run(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, check=check, **kw)
+def _run(*cmd: str, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode:
+        raise GuestError(f"{' '.join(cmd)}: {r.stderr.strip() or r.stdout.strip()}")
+    return r
 
 
 def qemu_version() -> tuple[int, int] | None:
@@ -321,8 +324,10 @@ def cpu_share(tids: list[int], cpu: int, slice_ms: float | None, off_ms: float |
             th = threading.Thread(target=toggle, daemon=True)
             th.start()
         else:
-            th = threading.Thread(target=lambda: [sample() for _ in iter(lambda: stop.wait(0.5), True)],
-                                  daemon=True)
+            def every_half_second() -> None:
+                while not stop.wait(0.5):
+                    sample()
+            th = threading.Thread(target=every_half_second, daemon=True)
             th.start()
         yield {"turns": turns, "usage": usage}
     finally:
@@ -351,13 +356,6 @@ def share(usage: list, until: float | None = None) -> float | None:
 
 # ---- inside the guest ------------------------------------------------------
 
-def _sh(*cmd: str) -> str:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise GuestError(f"{' '.join(cmd)}: {r.stderr.strip() or r.stdout.strip()}")
-    return r.stdout
-
-
 def _nic_by_mac(mac: str) -> str:
     for dev in Path("/sys/class/net").iterdir():
         if (dev / "address").read_text().strip().lower() == mac.lower():
@@ -372,32 +370,24 @@ def job(spec_path: str) -> None:
     result.json next to the spec."""
     from experiments import coupled
     from hostagent import cc
+    from mininet_topos.delayline import offloads_off
     spec = json.loads(Path(spec_path).read_text())
     out_dir = Path(spec_path).parent
     result: dict = {"kernel": os.uname().release}
     try:
         os.makedirs("/sys/fs/cgroup", exist_ok=True)
-        _sh("mount", "-t", "cgroup2", "none", "/sys/fs/cgroup")
+        _run("mount", "-t", "cgroup2", "none", "/sys/fs/cgroup")
         for k, v in coupled.SENDER_SYSCTLS.items():
-            _sh("sysctl", "-qw", f"{k}={v}")
-        for i, nic in enumerate(spec["nics"]):
-            dev = _nic_by_mac(nic["mac"])
-            _sh("ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off", "tx", "off")
-            for addr in nic["addrs"]:
-                _sh("ip", "addr", "add", f"{addr}/24", "dev", dev)
-            _sh("ip", "link", "set", dev, "up")
-            _sh("ip", "route", "add", "default", "dev", dev, "table", str(100 + i))
-            for addr in nic["addrs"]:
-                _sh("ip", "rule", "add", "from", addr, "table", str(100 + i))
-            for k, addr in enumerate(nic["endpoints"]):
-                _sh("ip", "mptcp", "endpoint", "add", addr, "dev", dev, "id", str(nic["endpoint_ids"][k]), "subflow")
-        _sh("ip", "mptcp", "limits", "set", "subflows", str(spec["subflows"]), "add_addr_accepted", "0")
+            _run("sysctl", "-qw", f"{k}={v}")
+        devs = [_nic_by_mac(nic["mac"]) for nic in spec["nics"]]
+        for dev in devs:
+            offloads_off(dev)
+        for cmd in coupled.sender_commands(spec["nics"], devs, spec["subflows"]):
+            _run(*cmd)
         t0 = time.time()
         cc.load()
         result["cc_load_s"] = time.time() - t0
         coupled.select([a for nic in spec["nics"] for a in nic["addrs"]], spec["kind"])
-        for name, value in spec.get("conf", {}).items():
-            coupled.set_conf(coupled.CONF[name], value)
         # all NICs answer ARP before the connection starts (the receiver waits in its accept)
         for nic in spec["nics"]:
             subprocess.run(["ping", "-c", "2", "-i", "0.2", "-I", nic["addrs"][0], nic["peer"]],

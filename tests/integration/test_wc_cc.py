@@ -244,8 +244,9 @@ def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
         # not take that for marks -- Reno's one cut per reduction.
         cuts_before, segs_before = cc.mark_cuts(), _tcp_segs(rcv)
         latched, _ = _shares(bottleneck, (1.0, 0.5), tos=0x20, cc_name="bwf_wc_ecn")
-        cuts_latched = cc.mark_cuts()["halvings"] - cuts_before["halvings"]
-        disarmed_latched = cc.mark_cuts()["loss_disarmed"] - cuts_before["loss_disarmed"]
+        cuts_after = cc.mark_cuts()
+        cuts_latched = cuts_after["halvings"] - cuts_before["halvings"]
+        disarmed_latched = cuts_after["loss_disarmed"] - cuts_before["loss_disarmed"]
         acks_latched = _acks_per_segment(segs_before, _tcp_segs(rcv))
         # Both ends bwf_wc_ecn, as between two bwfabric hosts: the receiver
         # echoes each mark, the sender cuts once per mark.
