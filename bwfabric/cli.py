@@ -28,7 +28,7 @@ def cmd_controller(args) -> int:
         if args.config:
             if args.topology:
                 raise ValueError("give --config or --topology/--apps, not both")
-            loaded = config.load(args.config)
+            loaded = config.load(args.config, salvage=True)
         elif args.topology:
             loaded = launcher.shorthand(args.topology, (args.apps or "ecmp").split(","), of_port=args.of_port,
                                         listen_host=args.listen, log_level=args.log_level,
@@ -40,7 +40,7 @@ def cmd_controller(args) -> int:
     except config.ConfigError as exc:
         print("bwfabric controller: refused, nothing started:\n  " + "\n  ".join(exc.problems), file=sys.stderr)
         return 2
-    except ValueError as exc:
+    except (ValueError, launcher.ListenError) as exc:
         print(f"bwfabric controller: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -97,6 +97,13 @@ def _check_config_file(path: str) -> int:
         loaded = config.load(path)
     except config.ConfigError as exc:
         print("\n".join(p if p.startswith(path) else f"{path}: {p}" for p in exc.problems), file=sys.stderr)
+        try:       # what a controller starting now would do: the operator's file, the overlay's misfits set aside
+            salvaged = config.load(path, salvage=True)
+        except config.ConfigError:
+            return 1
+        if salvaged.set_aside is not None:
+            print(f"{path}: a controller starting now would start without part of the API's changes: "
+                  f"{salvaged.set_aside.describe()}", file=sys.stderr)
         return 1
     guarantees = {h: vm.guarantee_mbps for h, (_, _, vm) in loaded.vms().items()}
     rows = admission.headroom(loaded.topology, guarantees, loaded.cfg.admission.mu)

@@ -15,7 +15,10 @@ within ``mu`` times the cut's capacity (per direction).
 
 The cuts (capacity = the sum of the cut links' capacities, one direction):
 
-- ``host``: each host's NIC link (S = the host);
+- ``host``: each host's NIC link (S = the host). Here the sum of the
+  host's own guarantees counts, not the smaller side: the agent shapes and
+  the ToR meter polices each VM at its B whatever its peers are, so B must
+  fit the NIC it is enforced on;
 - ``tor``: each edge switch's uplinks together (S = the hosts below it);
 - ``pod``: each pod's uplinks together (S = the hosts of the pod's edge
   switches; links from a pod switch to a switch outside the pod);
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from controller.topology import TopologyDescription
+from controller.validate import finite_number
 
 TOLERANCE = 1e-9          # relative: guarantees summing to exactly mu x C are admitted
 
@@ -65,6 +69,11 @@ class Verdict:
 
     @property
     def crossing_mbps(self) -> float:
+        # A host's NIC carries every guarantee of the VMs on it: each VM is
+        # shaped (agent) and policed (ToR meter) at its own B whatever its
+        # peers, so a VM's B must fit its NIC even if its peers are small.
+        if self.cut.kind == "host":
+            return self.inside_mbps
         return min(self.inside_mbps, self.outside_mbps)
 
     @property
@@ -72,6 +81,9 @@ class Verdict:
         return self.crossing_mbps <= self.limit_mbps * (1 + TOLERANCE)
 
     def message(self, mu: float) -> str:
+        if self.cut.kind == "host":
+            return (f"{self.cut.describe()}: the guarantees of its VMs {self.inside_mbps:g} Mb/s "
+                    f"exceed mu {mu:g} x {self.cut.capacity_mbps:g} = {self.limit_mbps:g} Mb/s")
         return (f"{self.cut.describe()}: guarantees that can cross it {self.crossing_mbps:g} Mb/s "
                 f"(the smaller of {self.inside_mbps:g} on its host side and {self.outside_mbps:g} beyond) "
                 f"exceed mu {mu:g} x {self.cut.capacity_mbps:g} = {self.limit_mbps:g} Mb/s")
@@ -128,7 +140,12 @@ def cuts(topo: TopologyDescription) -> list[Cut]:
 
 
 def evaluate(topo: TopologyDescription, guarantees: dict[str, float], mu: float) -> list[Verdict]:
-    """Each cut's verdict for ``guarantees`` (host -> hose guarantee, Mb/s)."""
+    """Each cut's verdict for ``guarantees`` (host -> hose guarantee, Mb/s;
+    each a finite number >= 0, else ValueError naming the host)."""
+    bad = [f"{h}: {b!r}" for h, b in sorted(guarantees.items(), key=lambda kv: str(kv[0]))
+           if not (finite_number(b) and b >= 0)]
+    if bad:
+        raise ValueError(f"admission: guarantees must be finite numbers >= 0 Mb/s: {', '.join(bad)}")
     total = sum(guarantees.values())
     verdicts = []
     for cut in cuts(topo):
@@ -139,7 +156,7 @@ def evaluate(topo: TopologyDescription, guarantees: dict[str, float], mu: float)
 
 def rejections(topo: TopologyDescription, guarantees: dict[str, float], mu: float) -> list[str]:
     """Every cut the guarantees over-subscribe, by name and numbers ([] = admitted)."""
-    if not 0 < mu <= 1:
+    if not (finite_number(mu) and 0 < mu <= 1):
         raise ValueError(f"mu {mu!r} must be in (0, 1]")
     return [v.message(mu) for v in evaluate(topo, guarantees, mu) if not v.ok]
 

@@ -1,5 +1,6 @@
-"""The northbound REST API and ``/metrics``, on one Werkzeug server in a
-thread of the controller process (os-ken no longer ships a WSGI layer).
+"""The northbound REST API and ``/metrics``, served by waitress (a
+production WSGI server) in a thread of the controller process (os-ken no
+longer ships a WSGI layer); Werkzeug provides routing and request objects.
 
 Resources (JSON; every ``/v1`` request needs ``Authorization: Bearer
 <token>``, the token being the contents of ``api.token_file``):
@@ -28,26 +29,26 @@ bind the API to a management address) is Prometheus' text format.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import hmac
 import json
 import logging
-import os
 import re
+import resource
 import threading
 from pathlib import Path
 from typing import Any
 
-import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 from controller import admission, metrics
-from controller.config import NAME_PATTERN, ConfigError, Tenant, Vm, schema_errors
-from controller.validate import strict_json
+from controller.config import NAME_PATTERN, ConfigError, Tenant, Vm, schema_errors, write_private
+from controller.validate import read_bounded, strict_json
 
 log = logging.getLogger("bwfabric.api")
 MAX_BODY = 64 * 1024
@@ -56,26 +57,33 @@ _NAME = re.compile(NAME_PATTERN)
 
 
 def read_token(path: Path) -> str:
+    """The bearer token: a private file of at least 16 characters
+    (ValueError naming the file otherwise: missing, a directory, ...)."""
+    raw = read_bounded(path, 4096, "API token file")
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
         raise ValueError(f"API token {path}: mode {mode:o} lets others read it; chmod 600 {path}")
-    token = path.read_text().strip()
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"API token {path}: not UTF-8 text") from None
     if len(token) < 16:
         raise ValueError(f"API token {path}: shorter than 16 characters")
     return token
 
 
 def write_state(path: Path, overlay: dict) -> None:
-    """Atomically: a temporary file (mode 600) fsynced, then renamed over."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("# written by the bwfabric controller's API; do not edit while it runs\n")
-        yaml.safe_dump(overlay, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Atomically: a temporary file (mode 600) fsynced, then renamed over;
+    nothing is left behind when it fails (OSError)."""
+    write_private(path, "# written by the bwfabric controller's API; do not edit while it runs\n", overlay)
+
+
+def etag(resource: Any) -> str:
+    """A strong entity tag of a tenant's or VM's content (RFC 9110): any
+    change -- by the API or by a reload of the operator's file -- changes
+    it, so a client's If-Match detects every write it did not see."""
+    blob = json.dumps(resource.model_dump(mode="json"), sort_keys=True, allow_nan=False).encode()
+    return '"' + hashlib.sha256(blob).hexdigest()[:20] + '"'
 
 
 class ApiError(Exception):
@@ -90,9 +98,10 @@ class Api:
         api_cfg = rt.loaded.cfg.api
         self.token = token if token is not None else read_token(rt.loaded.resolve(api_cfg.token_file))
         self.state_file = rt.loaded.resolve(api_cfg.state_file)
-        self.lock = threading.Lock()       # one change at a time: check, persist, apply
         self.registry = metrics.registry()
         self.requests: dict[str, int] = {}
+        self.persist_errors = 0             # accepted changes that could not be written (nothing changed)
+        self.counts_lock = threading.Lock()
         self.url_map = Map([
             Rule("/metrics", endpoint="metrics", methods=["GET"]),
             Rule("/v1/status", endpoint="status", methods=["GET"]),
@@ -119,7 +128,8 @@ class Api:
             log.exception("API %s %s failed", request.method, request.path)
             response = _json({"error": f"internal error: {type(exc).__name__}"}, 500)
         key = f"{response.status_code}"
-        self.requests[key] = self.requests.get(key, 0) + 1
+        with self.counts_lock:
+            self.requests[key] = self.requests.get(key, 0) + 1
         return response(environ, start_response)
 
     def dispatch(self, request: Request) -> Response:
@@ -151,7 +161,8 @@ class Api:
         agents = self.sessions.states() if self.sessions is not None else []
         return _json({"digest": loaded.digest, "version": rt.version, "generation": rt.generation,
                       "file": str(loaded.path) if loaded.path else None, "load_errors": rt.load_errors,
-                      "last_error": rt.last_error, "routing": loaded.cfg.controller.routing,
+                      "last_error": rt.last_error, "overlay_set_aside": rt.overlay_set_aside,
+                      "routing": loaded.cfg.controller.routing,
                       "switches": len(loaded.topology.switches), "hosts": len(loaded.topology.hosts),
                       "tenants": len(loaded.cfg.tenants), "vms": len(loaded.vms()),
                       "agents": {"declared": len(agents), "connected": sum(a["connected"] for a in agents),
@@ -180,76 +191,137 @@ class Api:
         return _json({"agents": self.sessions.states() if self.sessions is not None else []})
 
     def on_tenants(self, request):
-        return _json({"tenants": {t: v.model_dump(mode="json") for t, v in self.rt.loaded.cfg.tenants.items()}})
+        tenants = self.rt.loaded.cfg.tenants
+        return _json({"tenants": {t: v.model_dump(mode="json") for t, v in tenants.items()},
+                      "etags": {t: etag(v) for t, v in tenants.items()}})
 
     def on_tenant(self, request, t):
         if request.method == "GET":
-            return _json(self._tenant(t).model_dump(mode="json"))
+            tenant = self._tenant(self.rt.loaded, t)
+            return _json(tenant.model_dump(mode="json"), headers={"ETag": etag(tenant)})
         if request.method == "DELETE":
-            self._tenant(t)
-            return self._change(request, {t: None}, f"DELETE tenant {t}")
+            def mutate(loaded):
+                _preconditions(request, self._tenant(loaded, t))
+                return _overlay(loaded, {t: None})
+            return self._change(mutate, f"DELETE tenant {t}", lambda loaded: None)
         body = _body(request)
         try:
             tenant = Tenant.model_validate(body)
         except ValidationError as exc:
             raise ApiError(422, "invalid tenant", schema_errors(exc, f"tenants.{t}")) from None
-        return self._change(request, {t: tenant.model_dump(mode="json", exclude_defaults=False)}, f"PUT tenant {t}")
+
+        def mutate(loaded):
+            _preconditions(request, loaded.cfg.tenants.get(t))
+            return _overlay(loaded, {t: tenant.model_dump(mode="json")})
+        return self._change(mutate, f"PUT tenant {t}", lambda loaded: loaded.cfg.tenants.get(t))
 
     def on_vm(self, request, t, vm):
-        tenant = self._tenant(t)
         if request.method == "GET":
+            tenant = self._tenant(self.rt.loaded, t)
             if vm not in tenant.vms:
                 raise ApiError(404, f"tenant {t} has no VM {vm}")
-            return _json(tenant.vms[vm].model_dump(mode="json"))
-        vms = {n: v.model_dump(mode="json") for n, v in tenant.vms.items()}
-        if request.method == "DELETE":
-            if vm not in vms:
-                raise ApiError(404, f"tenant {t} has no VM {vm}")
-            del vms[vm]
-        else:
+            return _json(tenant.vms[vm].model_dump(mode="json"), headers={"ETag": etag(tenant.vms[vm])})
+        new_vm = None
+        if request.method == "PUT":
             body = _body(request)
             try:
-                vms[vm] = Vm.model_validate(body).model_dump(mode="json")
+                new_vm = Vm.model_validate(body).model_dump(mode="json")
             except ValidationError as exc:
                 raise ApiError(422, "invalid VM", schema_errors(exc, f"tenants.{t}.vms.{vm}")) from None
-        new = {**tenant.model_dump(mode="json"), "vms": vms}
-        return self._change(request, {t: new}, f"{request.method} VM {t}/{vm}")
+
+        def mutate(loaded):
+            # the tenant is read here, under the change lock: a VM change
+            # composes with every other change instead of overwriting it
+            tenant = self._tenant(loaded, t)
+            vms = {n: v.model_dump(mode="json") for n, v in tenant.vms.items()}
+            if new_vm is None and vm not in vms:
+                raise ApiError(404, f"tenant {t} has no VM {vm}")
+            _preconditions(request, tenant.vms.get(vm))
+            if new_vm is None:
+                del vms[vm]
+            else:
+                vms[vm] = new_vm
+            return _overlay(loaded, {t: {**tenant.model_dump(mode="json"), "vms": vms}})
+        return self._change(mutate, f"{request.method} VM {t}/{vm}",
+                            lambda loaded: (loaded.cfg.tenants.get(t) or Tenant()).vms.get(vm))
 
     def on_reload(self, request):
-        with self.lock:
-            try:
-                result = self.rt.reload()
-            except ConfigError as exc:
-                raise ApiError(422, "the configuration file is refused; nothing changed", exc.problems) from None
+        try:
+            result = self.rt.reload()
+        except ConfigError as exc:
+            raise ApiError(422, "the configuration file is refused; nothing changed", exc.problems) from None
         return _json(result)
 
     # ---- changes ----------------------------------------------------------------------------------
-    def _tenant(self, t: str) -> Tenant:
-        tenant = self.rt.loaded.cfg.tenants.get(t)
+    @staticmethod
+    def _tenant(loaded, t: str) -> Tenant:
+        tenant = loaded.cfg.tenants.get(t)
         if tenant is None:
             raise ApiError(404, f"no tenant {t}")
         return tenant
 
-    def _change(self, request, tenants: dict[str, dict | None], what: str) -> Response:
-        """Check the configuration with ``tenants`` laid over it; persist;
-        put in force. Nothing changes unless all three succeed in order."""
-        with self.lock:
-            loaded = self.rt.loaded
-            overlay = {"tenants": {**(loaded.overlay.get("tenants") or {}), **tenants}}
-            # a tenant deleted that only the API created leaves no trace
-            operator = set((loaded.raw or {}).get("tenants") or {})
-            overlay["tenants"] = {k: v for k, v in overlay["tenants"].items() if v is not None or k in operator}
-            try:
-                new = self.rt.propose(loaded.raw, overlay, f"API {what}")
-            except ConfigError as exc:
-                admission_only = all(p.startswith("admission:") for p in exc.problems)
-                raise ApiError(409 if admission_only else 422,
-                               "admission control refuses it" if admission_only else "invalid configuration",
-                               exc.problems) from None
-            write_state(self.state_file, overlay)
-            result = self.rt.apply(new, f"API {what}")
+    def _change(self, mutate, what: str, resource) -> Response:
+        """One change, linearizable (:meth:`controller.runtime.Runtime.change`):
+        ``mutate`` reads the configuration in force and returns the new
+        overlay under the lock every change and reload takes; the result is
+        checked whole, persisted, then put in force. Nothing changes unless
+        all of it succeeds. ``resource`` finds the changed resource in the
+        new configuration (its ETag goes back to the client)."""
+        try:
+            result = self.rt.change(mutate, self._persist, f"API {what}")
+        except ConfigError as exc:
+            admission_only = all(p.startswith("admission:") for p in exc.problems)
+            raise ApiError(409 if admission_only else 422,
+                           "admission control refuses it" if admission_only else "invalid configuration",
+                           exc.problems) from None
         log.info("API %s accepted: configuration %s, version %d", what, result["digest"], result["version"])
-        return _json(result)
+        changed = resource(self.rt.loaded)
+        return _json(result, headers={"ETag": etag(changed)} if changed is not None else None)
+
+    def _persist(self, overlay: dict) -> None:
+        try:
+            write_state(self.state_file, overlay)
+        except OSError as exc:
+            with self.counts_lock:
+                self.persist_errors += 1
+            log.error("API change not persisted to %s (%s): refused, nothing changed", self.state_file,
+                      exc.strerror or exc)
+            status = 507 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 503
+            raise ApiError(status, f"the change could not be persisted to {self.state_file}: "
+                           f"{exc.strerror or exc}; nothing changed") from None
+
+    def samples(self):
+        """The API's own counters (controller.metrics)."""
+        with self.counts_lock:
+            yield "bwfabric_api_persist_errors", {}, self.persist_errors
+            for code, n in sorted(self.requests.items()):
+                yield "bwfabric_api_requests", {"code": code}, n
+
+
+def _overlay(loaded, tenants: dict[str, dict | None]) -> dict:
+    """The API's overlay in force with ``tenants`` laid over it; a tenant
+    deleted that only the API created leaves no trace."""
+    overlay = {**(loaded.overlay.get("tenants") or {}), **tenants}
+    operator = set((loaded.raw or {}).get("tenants") or {})
+    return {"tenants": {k: v for k, v in overlay.items() if v is not None or k in operator}}
+
+
+def _preconditions(request: Request, current: Any) -> None:
+    """RFC 9110 conditional requests on a tenant or VM: ``If-Match`` (an
+    ETag from a GET, or ``*``: it must exist) and ``If-None-Match: *``
+    (create only). A failed one is 412 and changes nothing."""
+    tag = etag(current) if current is not None else None
+    if_match = request.headers.get("If-Match")
+    if if_match is not None:
+        wanted = {x.strip() for x in if_match.split(",") if x.strip()}
+        if tag is None or not ("*" in wanted or tag in wanted):
+            raise ApiError(412, f"If-Match {if_match} does not hold: the resource is now "
+                           f"{tag or 'absent'}; read it again")
+    if_none = request.headers.get("If-None-Match")
+    if if_none is not None:
+        wanted = {x.strip() for x in if_none.split(",") if x.strip()}
+        if tag is not None and ("*" in wanted or tag in wanted):
+            raise ApiError(412, f"If-None-Match {if_none} does not hold: the resource exists ({tag})")
 
 
 def _provider(name: str, default):
@@ -273,30 +345,85 @@ def _body(request: Request) -> Any:
         raise ApiError(422, "the body is not JSON bwfabric accepts", [str(exc)]) from None
 
 
-def _json(data: Any, status: int = 200) -> Response:
+def _json(data: Any, status: int = 200, headers: dict | None = None) -> Response:
     return Response(json.dumps(data, allow_nan=False, default=str) + "\n", status=status,
-                    mimetype="application/json")
+                    mimetype="application/json", headers=headers)
+
+
+class ListenError(RuntimeError):
+    """A listener could not bind its address (in use, not local, ...)."""
+
+
+def open_files_for(connections: int) -> int:
+    """Raise this process's open-file limit towards ``connections`` plus a
+    margin (never past the hard limit); returns the connections it allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = connections + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        except (ValueError, OSError):
+            pass
+    return connections if soft == resource.RLIM_INFINITY else max(16, min(connections, soft - 256))
 
 
 class Server:
+    """The API on waitress, a production WSGI server: requests are read by
+    its event loop (poll) and only whole ones reach its bounded pool of
+    worker threads, so slow or partial requests hold no thread; a request
+    body over MAX_BODY is refused with 413 as it arrives (chunked too), a
+    connection idle for CHANNEL_TIMEOUT_S is closed, and at most
+    MAX_CONNECTIONS are open at once."""
+
+    THREADS = 4
+    MAX_CONNECTIONS = 8192
+    CHANNEL_TIMEOUT_S = 10
+    MAX_HEADER_BYTES = 16 * 1024
+
     def __init__(self, app: Api, host: str, port: int):
+        from waitress.server import create_server
         self.app = app
-        self.httpd = make_server(host, port, app, threaded=True)
-        self.port = self.httpd.server_port
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="api", daemon=True)
+        try:
+            self.httpd = create_server(
+                app, host=host, port=port, threads=self.THREADS, asyncore_use_poll=True,
+                connection_limit=open_files_for(self.MAX_CONNECTIONS), channel_timeout=self.CHANNEL_TIMEOUT_S,
+                cleanup_interval=1, max_request_body_size=MAX_BODY, max_request_header_size=self.MAX_HEADER_BYTES,
+                backlog=1024, ident="bwfabric", expose_tracebacks=False, clear_untrusted_proxy_headers=True,
+                _start=True)
+        except OSError as exc:
+            raise ListenError(f"API listener {host}:{port}: {exc.strerror or exc}") from None
+        self.port = self.httpd.effective_port
+        self.thread = threading.Thread(target=self._run, name="api", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.httpd.run()
+        except (OSError, ValueError):     # closed under the loop by stop()
+            pass
 
     def start(self) -> "Server":
         self.thread.start()
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        """Close the listener and every connection in the server's own loop
+        thread (its map is not safe to touch from here), then the workers."""
+        from waitress import wasyncore
+        connections = self.httpd._map
+        try:
+            self.httpd.trigger.pull_trigger(lambda: wasyncore.close_all(connections, ignore_all=True))
+        except OSError:
+            pass
         self.thread.join(5)
+        self.httpd.task_dispatcher.shutdown(timeout=5)
 
 
 def serve(rt, sessions=None) -> Server:
     host, _, port = rt.loaded.cfg.api.listen.rpartition(":")
     app = Api(rt, sessions)
     server = Server(app, host.strip("[]"), int(port)).start()
-    log.info("API and /metrics on http://%s", rt.loaded.cfg.api.listen)
+    metrics.register("api", app.samples)
+    log.info("API and /metrics on http://%s (waitress)", rt.loaded.cfg.api.listen)
     return server

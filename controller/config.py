@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -38,11 +39,12 @@ from apps.lessor.pmpt import DEFAULT_EPSILON
 from apps.lrc.model import LrcParams
 from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
 from controller.topology import TopologyDescription, TopologyError
-from controller.validate import IPAddress, StrictModel
+from controller.validate import IPAddress, StrictModel, read_bounded
 from hostagent.plan import MAX_NIC_MBPS, MPTCP_CCS, Tuning
 from hostagent.policy import POLICIES
 
 MAX_CONFIG_BYTES = 1 << 20
+MIN_GUARANTEE_MBPS = 0.001     # 1 kb/s: OpenFlow meters take whole kb/s (a smaller B would be metered at 0)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 ROUTING_APPS = ("single_path", "ecmp", "lessor", "hedera")
@@ -184,7 +186,8 @@ class Agents(_Strict):
 # ---- tenants --------------------------------------------------------------------------------
 class Vm(_Strict):
     host: Name = Field(description="the topology host the VM runs on (one VM per host)")
-    guarantee_mbps: float = Field(gt=0, le=MAX_NIC_MBPS, description="hose guarantee B, both directions")
+    guarantee_mbps: float = Field(ge=MIN_GUARANTEE_MBPS, le=MAX_NIC_MBPS, description="hose guarantee B, both "
+                                  "directions (at least 1 kb/s: the smallest rate an OpenFlow meter polices)")
     weight: float = Field(1.0, gt=0, le=1e6, description="weight w (LRC's weighted max-min share)")
     competition: float | None = Field(None, ge=0, le=1e6, description="A_l under policy 'explicit'")
 
@@ -281,6 +284,7 @@ class Loaded:
         self.topology = topology
         self.path = path
         self.overlay = overlay or {}
+        self.set_aside: SetAside | None = None     # what a starting controller left out of the overlay
         self.digest = hashlib.sha256(json.dumps(
             {"cfg": cfg.model_dump(mode="json"), "topology": topology.to_dict()},
             sort_keys=True).encode()).hexdigest()[:16]
@@ -342,6 +346,8 @@ def parse_yaml(raw: bytes | str, where: str) -> Any:
         raise ConfigError([f"{where}: {at}{getattr(exc, 'problem', None) or exc}"]) from None
     except RecursionError:
         raise ConfigError([f"{where}: nested too deeply"]) from None
+    except ValueError as exc:      # e.g. an integer of more digits than Python converts
+        raise ConfigError([f"{where}: {exc}"]) from None
 
 
 def _loc(loc: tuple) -> str:
@@ -449,10 +455,14 @@ def check(cfg: Config, topo: TopologyDescription, path: Path | None = None, over
     problems = meaning_problems(cfg, topo)
     if problems:
         raise ConfigError(problems)
+    from controller import tenancy
     loaded = Loaded(cfg, topo, path, overlay, raw)
     rejected = admission.check(loaded)
     if rejected:
         raise ConfigError([f"admission: {r}" for r in rejected])
+    problems = tenancy.deliverable_problems(loaded)
+    if problems:
+        raise ConfigError(problems)
     return loaded
 
 
@@ -470,9 +480,15 @@ def apply_overlay(data: dict, overlay: dict | None) -> dict:
 
 
 def read_overlay(path: Path) -> dict:
-    if not path.exists():
+    """The API's persisted overlay: ``{}`` when there is none; ConfigError
+    naming the file when it cannot be read or is not the overlay's shape."""
+    if not os.path.lexists(path):
         return {}
-    data = parse_yaml(path.read_bytes(), str(path))
+    try:
+        raw = read_bounded(path, MAX_CONFIG_BYTES, "API state file")
+    except ValueError as exc:
+        raise ConfigError([str(exc)]) from None
+    data = parse_yaml(raw, str(path))
     if data is None:
         return {}
     if not isinstance(data, dict) or set(data) - {"tenants"} or not isinstance(data.get("tenants", {}), dict):
@@ -480,29 +496,122 @@ def read_overlay(path: Path) -> dict:
     return data
 
 
-def load(path: str | Path, overlay: bool = True) -> Loaded:
-    """Read, parse and check a configuration file (with the API's state
-    file laid over it unless ``overlay`` is False)."""
-    path = Path(path)
+def state_path(cfg: Config, path: Path | None) -> Path | None:
+    """Where the API's overlay of a configuration read from ``path`` lives."""
+    if cfg.api is None:
+        return None
+    state = Path(cfg.api.state_file)
+    return state if state.is_absolute() or path is None else path.parent / state
+
+
+class SetAside:
+    """What of a persisted overlay a starting controller could not take,
+    by tenant (``None``: the whole file was unreadable), with why."""
+
+    def __init__(self, state: Path, tenants: dict[str, Any] | None, problems: list[str]):
+        self.state, self.tenants, self.problems = state, tenants, problems
+
+    def describe(self) -> str:
+        what = "the whole file" if self.tenants is None else "tenant(s) " + ", ".join(sorted(self.tenants))
+        return f"{self.state}: {what} set aside: " + "; ".join(self.problems)
+
+
+def read_config_file(path: Path) -> Any:
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    data = operator = parse_yaml(raw, str(path))
-    cfg = parse(data)
-    extra = None
-    if overlay and cfg.api is not None:
-        state = Path(cfg.api.state_file)
-        if not state.is_absolute():
-            state = path.parent / state
+        raw = read_bounded(path, MAX_CONFIG_BYTES, "configuration")
+    except ValueError as exc:
+        raise ConfigError([str(exc)]) from None
+    return parse_yaml(raw, str(path))
+
+
+def load(path: str | Path, overlay: bool = True, salvage: bool = False) -> Loaded:
+    """Read, parse and check a configuration file, with the API's state
+    file laid over it unless ``overlay`` is False.
+
+    An overlay that no longer fits (the operator's file changed under it,
+    or it was damaged) is refused by name -- a reload then changes nothing.
+    With ``salvage`` (a controller starting) it is set aside instead, as a
+    database refuses a bad log record without losing the rest: the tenants
+    that still fit are kept one by one (in name order), the others are
+    listed in ``Loaded.set_aside``, and the controller starts on the
+    operator's file with what is left (see :func:`set_aside`)."""
+    path = Path(path)
+    operator = read_config_file(path)
+    cfg = parse(operator)
+    state = state_path(cfg, path) if overlay else None
+    if state is None:
+        return check(cfg, _topology(cfg, path.parent), path, None, operator)
+    try:
         extra = read_overlay(state)
-        if extra:
-            data = apply_overlay(data, extra)
-            try:
-                cfg = parse(data)
-            except ConfigError as exc:
-                raise ConfigError([f"{state} (API state): {p}" for p in exc.problems]) from None
-    return check(cfg, _topology(cfg, path.parent), path, extra, operator)
+    except ConfigError as exc:
+        if not salvage:
+            raise ConfigError([f"{state} (API state): {p}" for p in exc.problems]) from None
+        loaded = from_data(operator, path=path)
+        loaded.set_aside = SetAside(state, None, exc.problems)
+        return loaded
+    if not extra:
+        return check(cfg, _topology(cfg, path.parent), path, None, operator)
+    try:
+        return from_data(operator, overlay=extra, path=path)
+    except ConfigError as exc:
+        if not salvage:
+            raise ConfigError([f"{state} (API state): {p}" for p in exc.problems]) from None
+        whole = exc.problems
+    loaded = from_data(operator, path=path)          # the operator's own file must stand alone
+    kept: dict[str, Any] = {}
+    refused: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, entry in sorted(extra["tenants"].items()):
+        try:
+            loaded = from_data(operator, overlay={"tenants": {**kept, name: entry}}, path=path)
+            kept[name] = entry
+        except ConfigError as exc:
+            refused[name] = entry
+            problems.extend(f"tenants.{name}: {p}" for p in exc.problems)
+    loaded.set_aside = SetAside(state, refused, problems or whole)
+    return loaded
+
+
+def set_aside(loaded: Loaded, now: float | None = None) -> Path | None:
+    """Move what a starting controller could not take out of the API's
+    state file (never deleted): the refused part goes to
+    ``<state>.rejected-<UTC time>`` with the reasons, the state file keeps
+    the rest. Returns the side file (None: nothing was set aside)."""
+    import time
+    aside = loaded.set_aside
+    if aside is None:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    side = aside.state.with_name(f"{aside.state.name}.rejected-{stamp}")
+    if aside.tenants is None:                        # unreadable: the file itself moves aside
+        os.replace(aside.state, side)
+    else:
+        write_private(side, "# set aside by the controller at start; why:\n" +
+                      "".join(f"#   {p}\n" for p in aside.problems), {"tenants": aside.tenants})
+        write_private(aside.state, "# written by the bwfabric controller's API; do not edit while it runs\n",
+                      loaded.overlay)
+    return side
+
+
+def write_private(path: Path, header: str, data: Any) -> None:
+    """Atomically, mode 600: a temporary file fsynced, then renamed over;
+    the temporary file is removed if anything fails (OSError raised)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(header)
+            yaml.safe_dump(data, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def from_data(data: Any, base: Path | None = None, overlay: dict | None = None, path: Path | None = None) -> Loaded:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -91,17 +92,47 @@ def modules_of(loaded: config.Loaded) -> list[str]:
     return [APPS[c.routing]] + ([APPS["prio_queues"]] if c.prio_queues else [])
 
 
+class ListenError(RuntimeError):
+    """A listener of the controller cannot bind its address: the process
+    exits naming it, rather than run without it (switches would then reach
+    whatever else listens there)."""
+
+
+def probe_listen(host: str, port: int, what: str) -> None:
+    """Bind ``host:port`` as the listener will (SO_REUSEADDR, as os-ken's
+    hub does) and let it go again: a port in use or an address that is not
+    this machine's raises ListenError naming both."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            sock.listen(1)
+        except OSError as exc:
+            raise ListenError(f"{what} {host}:{port}: {exc.strerror or exc}") from None
+
+
 def run(loaded: config.Loaded) -> None:
-    """Everything is checked first (the configuration, TLS files); then
-    this blocks running the controller."""
+    """Everything is checked first (the configuration, TLS files, that the
+    OpenFlow and API addresses can be bound); then this blocks running the
+    controller."""
     c = loaded.cfg.controller
     modules = modules_of(loaded)
     tls = check_tls(c.openflow.tls.model_dump() if c.openflow.tls else None)
+    probe_listen(c.openflow.listen, c.openflow.port, "OpenFlow listener")
     logging.basicConfig(level=getattr(logging, c.log_level), force=True,   # whatever a library set up before
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log = logging.getLogger("bwfabric")
+    if loaded.set_aside is not None:
+        side = config.set_aside(loaded)
+        log.error("the API's persisted changes no longer fit; starting without them -- %s (kept in %s)",
+                  loaded.set_aside.describe(), side)
     rt = runtime.start(loaded)
-    services = start_services(rt)
+    try:
+        services = start_services(rt)
+    except Exception:
+        runtime.stop()
+        raise
 
     def hangup(*_):       # the reload runs on a thread of its own, never inside the signal handler
         threading.Thread(target=reload_quietly, args=(rt,), name="reload", daemon=True).start()
@@ -164,7 +195,11 @@ def start_services(rt: runtime.Runtime) -> Services:
     api_mod.PROVIDERS["lrc"] = lrc.state
     api = None
     if rt.loaded.cfg.api is not None:
-        api = api_mod.serve(rt, sessions)
+        try:
+            api = api_mod.serve(rt, sessions)
+        except (api_mod.ListenError, ValueError) as exc:     # bind failure, token file
+            Services(sessions, None, lrc).stop()
+            raise ListenError(str(exc)) from None
     return Services(sessions, api, lrc)
 
 

@@ -21,6 +21,8 @@ from typing import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from controller.validate import finite_number
+
 log = logging.getLogger("bwfabric.metrics")
 
 # name (without _total for counters): (kind, labels, help)
@@ -65,6 +67,15 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], str]] = {
                                    "reply to that round's factors (running average)"),
     "bwfabric_lrc_link_factor_bytes_per_second": ("gauge", ("src", "dst"), "LRC's link factor r_l: the rate "
                                                   "per unit of pair weight on the link from src to dst"),
+    "bwfabric_config_overlay_set_aside": ("gauge", (), "1 if this controller started without part of the API's "
+                                          "persisted changes (they no longer fit; kept in a side file)"),
+    "bwfabric_api_persist_errors": ("counter", (), "accepted API changes that could not be written to the state "
+                                    "file (refused, nothing changed)"),
+    "bwfabric_api_requests": ("counter", ("code",), "API requests answered, by HTTP status code"),
+    "bwfabric_metrics_provider_errors": ("counter", ("provider",), "metrics providers that raised or yielded a "
+                                         "malformed sample (dropped from the scrape)"),
+    "bwfabric_agent_report_refusals": ("counter", ("host",), "agent replies or reports refused as malformed "
+                                       "(the host's data is left out; everyone else goes on)"),
     "bwfabric_admission_headroom_bytes_per_second": ("gauge", ("cut",), "mu x capacity minus the guarantees "
                                                      "that can cross a cut (admission control)"),
 }
@@ -87,16 +98,36 @@ class Collector:
             self.providers[name] = fn
 
     def samples(self) -> list[tuple[str, dict, float]]:
+        """Every provider's samples that are well formed; a provider that
+        raises loses its samples this scrape, a malformed sample (an
+        undeclared name, other labels, a value that is not a finite number)
+        is dropped -- both counted per provider and logged, never a failed
+        scrape for everyone."""
         with self.lock:
             providers = list(self.providers.items())
         out = []
         for name, fn in providers:
             try:
-                out.extend(fn())
+                got = list(fn())
             except Exception:  # noqa: BLE001 - one broken provider must not break the scrape
-                self.provider_errors[name] = self.provider_errors.get(name, 0) + 1
+                self._error(name)
                 log.exception("metrics provider %s failed", name)
+                continue
+            for sample in got:
+                problem = sample_problem(sample)
+                if problem:
+                    self._error(name)
+                    log.warning("metrics provider %s: sample dropped: %s", name, problem)
+                else:
+                    out.append(sample)
+        with self.lock:
+            errors = dict(self.provider_errors)
+        out.extend(("bwfabric_metrics_provider_errors", {"provider": n}, v) for n, v in sorted(errors.items()))
         return out
+
+    def _error(self, name: str) -> None:
+        with self.lock:
+            self.provider_errors[name] = self.provider_errors.get(name, 0) + 1
 
     def collect(self):
         families: dict[str, object] = {}
@@ -112,6 +143,23 @@ class Collector:
             else:
                 fam.add_metric([str(labels[k]) for k in label_names], float(value))
         yield from families.values()
+
+
+def sample_problem(sample) -> str | None:
+    """Why a provider's sample cannot be exported (None: it can)."""
+    if not (isinstance(sample, tuple) and len(sample) == 3):
+        return f"not a (name, labels, value) triple: {sample!r:.80}"
+    name, labels, value = sample
+    if name not in CATALOGUE:
+        return f"{name!r:.80} is not a declared metric"
+    kind, label_names, _ = CATALOGUE[name]
+    if not isinstance(labels, dict) or (kind != "info" and set(labels) != set(label_names)):
+        return f"{name}: labels {labels!r:.80} are not {list(label_names)}"
+    if kind != "info" and not finite_number(value):
+        return f"{name}{labels!r:.80}: value {value!r:.40} is not a finite number"
+    if kind == "counter" and value < 0:
+        return f"{name}{labels!r:.80}: counter value {value!r} is negative"
+    return None
 
 
 COLLECTOR = Collector()

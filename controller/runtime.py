@@ -62,6 +62,8 @@ class Runtime:
         self.last_error: str | None = None
         self.last_error_current = False   # the latest change was refused
         self.changed_at = time.time()
+        # what of the API's persisted changes this process started without (controller.config.load)
+        self.overlay_set_aside = loaded.set_aside.describe() if loaded.set_aside is not None else None
         config.set_active(loaded)
 
     def subscribe(self, name: str, fn: Listener) -> None:
@@ -108,6 +110,21 @@ class Runtime:
                 self._refused(f"reload of {self.loaded.path}", exc.problems)
             return self.apply(new, f"reload of {self.loaded.path}")
 
+    def change(self, mutate: Callable[[Loaded], dict], persist: Callable[[dict], None], source: str) -> dict:
+        """One linearizable change of the API's overlay: under the lock every
+        change and reload takes, ``mutate`` reads the configuration in force
+        and returns the new overlay (or raises to refuse); the result is
+        checked whole, ``persist``-ed, and only then put in force. A reload
+        or another change cannot come between the read and the write, so no
+        accepted change is lost or reverted, and what runs is what a restart
+        loads from the file and the persisted overlay."""
+        with self.lock:
+            loaded = self.loaded
+            overlay = mutate(loaded)
+            new = self.propose(loaded.raw, overlay, source)
+            persist(overlay)
+            return self.apply(new, source)
+
     def propose(self, data: dict, overlay: dict | None, source: str) -> Loaded:
         """Check a proposed configuration (the API's); raises ConfigError."""
         try:
@@ -129,6 +146,7 @@ def samples(rt: Runtime):
     yield "bwfabric_controller_generation", {}, rt.generation
     yield "bwfabric_config_load_errors", {}, rt.load_errors
     yield "bwfabric_config_load_error", {}, 1 if rt.last_error_current else 0
+    yield "bwfabric_config_overlay_set_aside", {}, 1 if rt.overlay_set_aside else 0
     for lk in loaded.topology.links:
         for a, b in ((lk.a, lk.b), (lk.b, lk.a)):
             yield "bwfabric_link_capacity_bytes_per_second", {"src": a, "dst": b}, lk.capacity_mbps * 1e6 / 8

@@ -30,25 +30,52 @@ def nic_mbps(topology, host: str) -> float:
 
 def host_configs(loaded) -> dict[str, HostConfig]:
     """host -> its agent's configuration (every host that carries a VM and is not unmanaged)."""
-    out = {}
     unmanaged = set(loaded.cfg.agents.unmanaged)
-    lrc = loaded.cfg.lrc
-    for host, (tenant_name, _, vm) in sorted(loaded.vms().items()):
-        if host in unmanaged:
-            continue
-        tenant = loaded.cfg.tenants[tenant_name]
-        entry = loaded.cfg.agents.hosts.get(host)
-        tuning = loaded.tuning(host).model_dump()
-        cfg = HostConfig(settings=HostSettings(host=host, interface=(entry.interface if entry and entry.interface
-                                                                     else f"{host}-eth0"),
-                                               address=loaded.topology.host(host).ip,
-                                               nic_mbps=float(nic_mbps(loaded.topology, host)), **tuning),
-                         vm=VmPolicy(guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows,
-                                     mptcp_cc=tenant.mptcp_cc,
-                                     policy=tenant.policy, competition=vm.competition,
-                                     lrc=_lrc_policy(loaded, tenant_name, host) if lrc.enabled else None))
-        out[host] = cfg
-    return out
+    return {host: host_config(loaded, host) for host in sorted(loaded.vms()) if host not in unmanaged}
+
+
+def host_config(loaded, host: str) -> HostConfig:
+    """The agent configuration of one host carrying a VM (raises the
+    agent's own validation error if the agent would refuse it)."""
+    tenant_name, _, vm = loaded.vms()[host]
+    tenant = loaded.cfg.tenants[tenant_name]
+    entry = loaded.cfg.agents.hosts.get(host)
+    tuning = loaded.tuning(host).model_dump()
+    return HostConfig(settings=HostSettings(host=host, interface=(entry.interface if entry and entry.interface
+                                                                  else f"{host}-eth0"),
+                                            address=loaded.topology.host(host).ip,
+                                            nic_mbps=float(nic_mbps(loaded.topology, host)), **tuning),
+                      vm=VmPolicy(guarantee_mbps=vm.guarantee_mbps, wc_subflows=tenant.wc_subflows,
+                                  mptcp_cc=tenant.mptcp_cc,
+                                  policy=tenant.policy, competition=vm.competition,
+                                  lrc=_lrc_policy(loaded, tenant_name, host) if loaded.cfg.lrc.enabled else None))
+
+
+def deliverable_problems(loaded) -> list[str]:
+    """What the agents and the ToR meters could not enforce, by the path of
+    the VM: every agent configuration is built and checked by the agent's
+    own model, every meter rate must be one an OpenFlow meter takes. The
+    configuration check runs this, so check-config, start, reload and the
+    API accept exactly what the agents and switches can apply."""
+    from pydantic import ValidationError
+
+    from hostagent.plan import PlanError
+    problems = []
+    unmanaged = set(loaded.cfg.agents.unmanaged)
+    meters = meter_rates(loaded)
+    for host, (t, n, _) in sorted(loaded.vms().items()):
+        where = f"tenants.{t}.vms.{n}"
+        if host not in unmanaged:
+            try:
+                host_config(loaded, host)
+            except ValidationError as exc:
+                why = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors(include_url=False))
+                problems.append(f"{where}: host {host}'s agent could not apply it: {why}")
+            except (PlanError, ValueError) as exc:
+                problems.append(f"{where}: host {host}'s agent could not apply it: {exc}")
+        if host in meters and not 1 <= int(meters[host] * 1000) < 2 ** 32:
+            problems.append(f"{where}: a ToR meter cannot police {meters[host]:g} Mb/s (1 kb/s to 4.29 Tb/s)")
+    return problems
 
 
 def _lrc_policy(loaded, tenant_name: str, host: str) -> LrcPolicy:

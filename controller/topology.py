@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.validate import finite_number, strict_json
+from controller.validate import finite_number, read_bounded, strict_json
 
 MAX_FILE_BYTES = 64 << 20
 ROLES = ("edge", "aggregation", "core")
@@ -135,12 +135,7 @@ class TopologyDescription:
         """Read and validate a file: unreadable, non-UTF-8, non-JSON,
         NaN/Infinity and absurdly nested files are TopologyErrors too."""
         try:
-            raw = Path(path).read_bytes()
-        except OSError as exc:
-            raise TopologyError([f"{path}: cannot read: {exc.strerror}"]) from exc
-        if len(raw) > MAX_FILE_BYTES:
-            raise TopologyError([f"{path}: {len(raw)} bytes, more than {MAX_FILE_BYTES}"])
-        try:
+            raw = read_bounded(path, MAX_FILE_BYTES, "topology")
             data = strict_json(raw, str(path))
         except ValueError as exc:
             raise TopologyError([str(exc)]) from None

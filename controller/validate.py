@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -27,6 +29,49 @@ def finite_number(x: Any) -> bool:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number bwfabric accepts (non-finite)")
+
+
+def read_bounded(path: "str | os.PathLike", limit: int, what: str) -> bytes:
+    """A regular file's bytes, at most ``limit``; a ValueError naming
+    ``what`` for anything else: missing, unreadable, a directory, a FIFO
+    (opened without blocking, so it cannot hang us), a device such as
+    /dev/zero (never read endlessly), or a file over the limit."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: cannot read: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise ValueError(f"{what} {path}: {kind}")
+        if st.st_size > limit:
+            raise ValueError(f"{what} {path}: {st.st_size} bytes, more than {limit}")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ValueError(f"{what} {path}: more than {limit} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """An object whose keys are all different (``json`` keeps the last of
+    a repeated key silently; two writers could then disagree on a value)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
 
 
 def nesting_depth(text: str) -> int:
@@ -64,7 +109,7 @@ def strict_json(raw: str | bytes, what: str, max_depth: int = MAX_NESTING) -> An
     if nesting_depth(raw) > max_depth:
         raise ValueError(f"{what}: nested deeper than {max_depth} levels")
     try:
-        return json.loads(raw, parse_constant=_refuse_constant)
+        return json.loads(raw, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except ValueError as exc:  # JSONDecodeError is a ValueError; so is _refuse_constant's
         raise ValueError(f"{what}: not valid JSON: {exc}") from None
     except RecursionError:

@@ -47,6 +47,7 @@ HOSE_PREF = 1000
 WC_PAIR_CLASS_BASE = 0x300       # LRC, combined mode: a pair's WC ceiling, class 1:<0x300 + slot>...
 WC_PAIR_PREF_BASE = 1100         # ...filter pref 1100 + slot (WC traffic never matches the hose filter)
 MIN_CLASS_BPS = 8000             # HTB needs a positive rate: 8 kb/s stands for "nothing"
+MAX_COMPETITION = 1e6            # A_l (bwf_alevel stores A_l x 1024 in 32 bits)
 MAX_NIC_MBPS = 400_000           # 400 Gb/s; HTB keeps 64-bit rates, anything above is a typo
 ENDPOINT_ID_BASE = 100           # our MPTCP endpoint ids: base+1 .. base+N
 BPF_MAP = "bwf_alevel"           # pinned: key = IPv4 (network order u32), value = A_l * ALPHA_SCALE
@@ -79,7 +80,7 @@ class Tuning(_Strict):
     controller's ``agents.defaults`` and ``agents.hosts.<h>.tuning`` are this
     model (one schema for both sides of the channel)."""
     join_port_base: int = Field(10100, ge=1024, le=65000, description="first MPTCP join (signal) port")
-    unit_mbps: float = Field(PAPER_UNIT_MBPS, gt=0, le=MAX_NIC_MBPS, description="U of the 'guarantee' "
+    unit_mbps: float = Field(PAPER_UNIT_MBPS, ge=0.001, le=MAX_NIC_MBPS, description="U of the 'guarantee' "
                              "fairness policy: A_l = B / U")
     beta: float = Field(DEFAULT_BETA, gt=0, le=100, description="Eq. 1's buffer factor")
     rtt_hint_ms: float = Field(50.0, gt=0, le=10_000, description="Eq. 1's maxRTT until live subflows are "
@@ -231,6 +232,9 @@ class HostConfig(_Strict):
             if self.vm.guarantee_mbps > nic else []
         bad += [f"vm.pair_limits_mbps[{d}] {m!r} must be within (0, nic_mbps]"
                 for d, m in self.vm.pair_limits_mbps.items() if m > nic]
+        if self.vm.policy == "guarantee" and self.vm.guarantee_mbps / self.settings.unit_mbps > MAX_COMPETITION:
+            bad.append(f"the competition level B/U = {self.vm.guarantee_mbps:g}/{self.settings.unit_mbps:g} "
+                       f"exceeds {MAX_COMPETITION:g} (raise unit_mbps)")
         if bad:
             raise ValueError("; ".join(bad))
         return self

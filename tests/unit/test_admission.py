@@ -63,7 +63,14 @@ def test_admission_agrees_with_an_lp_on_200_random_instances():
             v = verdicts[j]
             want = lp_crossing(g, v.cut.hosts & frozenset(g)) if len(g) > 1 else 0.0
             lps += 1
-            assert v.crossing_mbps == pytest.approx(want, rel=1e-6, abs=1e-9), (topo.name, v.cut.name)
+            if v.cut.kind == "host":
+                # a NIC carries what is enforced on it: its VMs' own guarantees, whatever the LP's worst
+                # matrix (which the enforced rate bounds from above)
+                own = sum(g.get(h, 0.0) for h in v.cut.hosts)
+                assert v.crossing_mbps == pytest.approx(own) and want <= own + 1e-9, (topo.name, v.cut.name)
+                want = own
+            else:
+                assert v.crossing_mbps == pytest.approx(want, rel=1e-6, abs=1e-9), (topo.name, v.cut.name)
             assert (want <= mu * v.cut.capacity_mbps * (1 + 1e-9)) == v.ok
         admitted = not admission.rejections(topo, g, mu)
         assert admitted == all(v.ok for v in verdicts)
@@ -80,6 +87,9 @@ def test_every_rejection_names_the_cut_and_the_numbers():
                and "mu 0.9 x 10 = 9 Mb/s" in m for m in msgs), msgs
     assert not any(m.startswith("host") for m in msgs)
     assert admission.rejections(topo, {"s1": 9.0}, 0.9) == []     # alone: nothing can cross to anyone
+    # but a VM's own guarantee must fit its NIC, where it is enforced, whatever its peers (issue #31)
+    assert [m.split(":")[0] for m in admission.rejections(topo, {"s1": 9.5, "s2": 0.5}, 0.9)] == \
+        ["host s1 NIC (1 link, 10 Mb/s per direction)"]
     # a full-bisection fat tree: only NICs can bind
     assert all(m.startswith("host h1 NIC") for m in admission.rejections(
         builders.fattree(k=4, link_mbps=10), {"h1": 9.5, "h2": 9.0, "h5": 9.0}, 0.9))
@@ -148,12 +158,18 @@ def _leaf_spine(rng, leaves, hosts_per_leaf, spines, equal):
 
 
 def exhaustive_admits(topo, g, mu) -> bool:
-    """For every host subset S: min(B_S, B_rest) <= mu x (min cut between S and the rest)."""
+    """Every host's own guarantees fit its NIC (they are enforced there
+    whatever the peers), and for every host subset S: min(B_S, B_rest) <=
+    mu x (min cut between S and the rest)."""
     graph = nx.Graph()
     for lk in topo.links:
         graph.add_edge(lk.a, lk.b, capacity=lk.capacity_mbps + (graph[lk.a][lk.b]["capacity"]
                                                                 if graph.has_edge(lk.a, lk.b) else 0))
     hosts = [h.name for h in topo.hosts]
+    for h in hosts:
+        nic = sum(d["capacity"] for _, _, d in graph.edges(h, data=True))
+        if g.get(h, 0.0) > mu * nic * (1 + 1e-9):
+            return False
     total = sum(g.values())
     for r in range(1, len(hosts)):
         for side in itertools.combinations(hosts[1:], r):     # S never holds hosts[0]: each cut once

@@ -160,7 +160,7 @@ def test_reload_bad_file_changes_nothing_good_file_changes_the_difference(ctl):
     before = ctl.snapshot()
     path.write_text(good.replace("guarantee_mbps: 4", "guarantee_mbps: -4", 1))
     code, reply = ctl.req("POST", "/v1/reload")
-    assert code == 422 and "must be greater than 0" in json.dumps(reply)
+    assert code == 422 and "must be greater than or equal to 0.001" in json.dumps(reply)
     assert ctl.snapshot() == before and ctl.rt.load_errors == 1
     path.write_text(good.replace("routing: lessor", "routing: ecmp"))
     code, reply = ctl.req("POST", "/v1/reload")

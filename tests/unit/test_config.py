@@ -54,8 +54,18 @@ def delin(path):
 VM = ("tenants", "analytics", "vms", "a3")
 BROKEN = {
     "negative guarantee": (setin(VM + ("guarantee_mbps",), -1), "tenants.analytics.vms.a3.guarantee_mbps",
-                           "greater than 0"),
-    "zero guarantee": (setin(VM + ("guarantee_mbps",), 0), "tenants.analytics.vms.a3.guarantee_mbps", "greater than 0"),
+                           "greater than or equal to 0.001"),
+    "zero guarantee": (setin(VM + ("guarantee_mbps",), 0), "tenants.analytics.vms.a3.guarantee_mbps",
+                       "greater than or equal to 0.001"),
+    # issue #31: accepted before, then prio_queues failed on "guarantee 0.0" (a meter of 0 kb/s)
+    "subnormal guarantee": (setin(VM + ("guarantee_mbps",), 5e-324), "tenants.analytics.vms.a3.guarantee_mbps",
+                            "greater than or equal to 0.001"),
+    "1e-9 guarantee": (setin(VM + ("guarantee_mbps",), 1e-9), "tenants.analytics.vms.a3.guarantee_mbps",
+                       "greater than or equal to 0.001"),
+    "unit_mbps 1e-300": (setin(("agents", "defaults", "unit_mbps"), 1e-300), "agents.defaults.unit_mbps",
+                         "greater than or equal to 0.001"),
+    # a VM larger than its own NIC while its peers are small: the NIC cut counts the VM's own B
+    "guarantee over its NIC": (setin(VM + ("guarantee_mbps",), 9.5), "admission: host", "guarantees of its VMs 9.5"),
     "NaN guarantee": (setin(VM + ("guarantee_mbps",), math.nan), "tenants.analytics.vms.a3.guarantee_mbps", "finite"),
     "infinite weight": (setin(VM + ("weight",), math.inf), "tenants.analytics.vms.a3.weight", "finite"),
     "string guarantee": (setin(VM + ("guarantee_mbps",), "lots"), "tenants.analytics.vms.a3.guarantee_mbps", "number"),
@@ -146,7 +156,7 @@ def test_check_config_command(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 1
     assert f"ok: {EXAMPLES[0]}" in run.stdout
-    assert f"{bad}: tenants.analytics.vms.a3.guarantee_mbps: must be greater than 0" in run.stderr
+    assert f"{bad}: tenants.analytics.vms.a3.guarantee_mbps: must be greater than or equal to 0.001" in run.stderr
 
 
 def test_the_api_overlay_adds_replaces_and_deletes_tenants(tmp_path):

@@ -64,7 +64,7 @@ def test_sighup_reloads_and_a_bad_file_changes_nothing(tmp_path):
         proc.send_signal(signal.SIGHUP)
         refused = _until(lambda: (s := api.get("/v1/status"))["load_errors"] == 1 and s)
         assert refused["version"] == 1 and refused["digest"] == first["digest"]
-        assert "must be greater than 0" in refused["last_error"]
+        assert "must be greater than or equal to 0.001" in refused["last_error"]
         data["tenants"]["web"]["vms"]["w1"]["guarantee_mbps"] = 3
         conf.write_text(yaml.safe_dump(data))
         proc.send_signal(signal.SIGHUP)
