@@ -8,6 +8,7 @@ with ``BWFABRIC_CONFIG=bwfabric.yaml ryu-manager apps/routing/ecmp.py``
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import socket
@@ -137,6 +138,7 @@ def run(loaded: config.Loaded) -> None:
     def hangup(*_):       # the reload runs on a thread of its own, never inside the signal handler
         threading.Thread(target=reload_quietly, args=(rt,), name="reload", daemon=True).start()
     signal.signal(signal.SIGHUP, hangup)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)    # every thread's stack to stderr, for operators
 
     from os_ken.lib import hub
     hub.patch(thread=False)
