@@ -30,6 +30,7 @@ exported by the API and the metrics.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from controller import tenancy
 from controller.config import Loaded
 from controller.loops import LoopGuard
+from controller.validate import finite_number
 from hostagent.channel import ChannelError, host_key, load_secret
 from hostagent.client import AgentClient
 from hostagent.plan import CLASS_BG, CLASS_WC, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
@@ -66,6 +68,7 @@ class AgentState:
     superseded_by: int | None = None  # a newer controller's generation configures the agent: we stop
     rate_pushes: int = 0
     connects: int = 0
+    report_refusals: int = 0          # replies (status, LRC reports) refused as malformed
     status_at: float | None = None
     class_bytes: dict = field(default_factory=dict)    # HTB class -> bytes, at status_at
     bg_rate_bps: float | None = None   # BG leaving the host between the last two status replies
@@ -231,12 +234,27 @@ class Session:
                 if not reply.get("ok"):
                     self.st.last_error = f"agent refused rates: {reply.get('error')}"
                 else:
-                    pairs = reply.get("pairs")
-                    self.lrc_reply = (token, time.monotonic(), pairs if isinstance(pairs, dict) else {})
+                    pairs, problems = check_pair_reports(reply.get("pairs", {}))
+                    if problems:
+                        self._refused_report(f"LRC report: {problems[0]}" + (
+                            f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+                    self.lrc_reply = (token, time.monotonic(), pairs)
+
+    def _refused_report(self, why: str) -> None:
+        """A malformed reply of this agent: counted and named against its
+        host; what it carried is left out, every other host goes on."""
+        self.st.report_refusals += 1
+        if self.st.last_error != why:
+            log.warning("agent %s: reply refused: %s", self.endpoint.host, why)
+        self.st.last_error = why
 
     def _status(self) -> None:
         reply = self.client.request("status", {})
+        problems = status_problems(reply)
         with self.cond:
+            if problems:
+                self._refused_report(f"status: {'; '.join(problems[:3])}")
+                return
             now = time.time()
             counts = reply.get("class_bytes") or {}
             if self.st.status_at is not None and counts and self.st.class_bytes:
@@ -268,6 +286,72 @@ class Session:
             if self.st.last_error != why:
                 log.warning("agent %s: %s", self.endpoint.host, why)
             self.st.last_error = why
+
+
+MAX_REPORT_MBPS = 400_000.0       # hostagent.plan.MAX_NIC_MBPS: nothing an agent reports can exceed a NIC
+MIN_REPORT_WEIGHT, MAX_REPORT_WEIGHT = 1e-6, 1e6     # the configuration's weight range
+MAX_PAIRS_REPORTED = 4096
+_IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$")
+
+
+def _number_in(x, lo: float, hi: float) -> bool:
+    return finite_number(x) and lo <= x <= hi
+
+
+def check_pair_reports(pairs) -> tuple[dict, list[str]]:
+    """An agent's LRC report (peer address -> v, limit, guarantee, weight,
+    factor age) as the controller takes it: each pair whose fields are not
+    finite numbers in range is left out and named; the rest is kept."""
+    if not isinstance(pairs, dict):
+        return {}, [f"pairs must be an object, got {type(pairs).__name__}"]
+    if len(pairs) > MAX_PAIRS_REPORTED:
+        return {}, [f"{len(pairs)} pairs, at most {MAX_PAIRS_REPORTED}"]
+    out, problems = {}, []
+    for peer, rep in pairs.items():
+        if not (isinstance(peer, str) and _IPV4.match(peer)):
+            problems.append(f"pair {peer!r:.40}: not an IPv4 address")
+            continue
+        if not isinstance(rep, dict):
+            problems.append(f"pair {peer}: must be an object")
+            continue
+        bad = [k for k in ("v_mbps", "limit_mbps", "guarantee_mbps")
+               if k in rep and not _number_in(rep[k], 0.0, MAX_REPORT_MBPS)]
+        if "weight" in rep and not _number_in(rep["weight"], MIN_REPORT_WEIGHT, MAX_REPORT_WEIGHT):
+            bad.append("weight")
+        if rep.get("factor_age_s") is not None and not _number_in(rep["factor_age_s"], 0.0, 1e9):
+            bad.append("factor_age_s")
+        if bad:
+            problems.append(f"pair {peer}: {', '.join(f'{k} {rep[k]!r:.30}' for k in bad)} out of range")
+            continue
+        out[peer] = rep
+    return out, problems
+
+
+def status_problems(reply) -> list[str]:
+    """Why an agent's status reply cannot be taken ([] = it can)."""
+    if not isinstance(reply, dict):
+        return ["not an object"]
+    problems = []
+    counts = reply.get("class_bytes")
+    if counts is not None:
+        if not isinstance(counts, dict) or len(counts) > 4 * MAX_PAIRS_REPORTED:
+            problems.append("class_bytes must be an object of at most "
+                            f"{4 * MAX_PAIRS_REPORTED} classes")
+        else:
+            problems += [f"class_bytes[{c!r:.20}] {n!r:.30}: not a byte count" for c, n in counts.items()
+                         if not (isinstance(c, str) and len(c) <= 16 and isinstance(n, int)
+                                 and not isinstance(n, bool) and 0 <= n < 2 ** 64)]
+    for key in ("generation", "version"):
+        v = reply.get(key)
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 63):
+            problems.append(f"{key} {v!r:.30}: not a counter")
+    if reply.get("in_force") is not None and not isinstance(reply.get("in_force"), bool):
+        problems.append("in_force: not true or false")
+    if reply.get("differences") is not None and not isinstance(reply.get("differences"), list):
+        problems.append("differences: not a list")
+    if reply.get("degraded") is not None and not isinstance(reply.get("degraded"), str):
+        problems.append("degraded: not text")
+    return problems
 
 
 def is_bg_class(classid: str) -> bool:
@@ -384,7 +468,8 @@ class AgentSessions:
             if st["version_in_force"] is not None:
                 yield "bwfabric_agent_config_version", h, st["version_in_force"]
             for key, name in (("pushes", "bwfabric_agent_pushes"), ("push_failures", "bwfabric_agent_push_failures"),
-                              ("refusals", "bwfabric_agent_refusals"), ("connects", "bwfabric_agent_connects")):
+                              ("refusals", "bwfabric_agent_refusals"), ("connects", "bwfabric_agent_connects"),
+                              ("report_refusals", "bwfabric_agent_report_refusals")):
                 yield name, h, st[key]
             for cls, n in sorted(st["class_bytes"].items()):
                 yield "bwfabric_agent_class_bytes", {**h, "class": cls}, n

@@ -188,7 +188,7 @@ class Vm(_Strict):
     host: Name = Field(description="the topology host the VM runs on (one VM per host)")
     guarantee_mbps: float = Field(ge=MIN_GUARANTEE_MBPS, le=MAX_NIC_MBPS, description="hose guarantee B, both "
                                   "directions (at least 1 kb/s: the smallest rate an OpenFlow meter polices)")
-    weight: float = Field(1.0, gt=0, le=1e6, description="weight w (LRC's weighted max-min share)")
+    weight: float = Field(1.0, ge=1e-6, le=1e6, description="weight w (LRC's weighted max-min share)")
     competition: float | None = Field(None, ge=0, le=1e6, description="A_l under policy 'explicit'")
 
 

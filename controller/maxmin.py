@@ -7,9 +7,33 @@ flows keep their rate, the rest go on.
 
 from __future__ import annotations
 
+import math
 from typing import Hashable, Mapping, Sequence
 
+from controller.validate import finite_number
+
 Link = tuple[Hashable, Hashable]
+
+
+def _check_inputs(capacity: Mapping[Link, float], demand: Sequence[float], weights: Sequence[float] | None = None,
+                  floors: Sequence[float] | None = None) -> None:
+    """ValueError naming the first input a progressive filling cannot take:
+    capacities finite and >= 0, demands >= 0 (infinity: no demand limit),
+    weights finite and > 0, floors finite and >= 0. NaN is refused
+    everywhere (it compares false with everything: a NaN capacity never
+    fills, and the filling loop would never end)."""
+    for link, c in capacity.items():
+        if not (finite_number(c) and c >= 0):
+            raise ValueError(f"link {link}: capacity {c!r} must be a finite number >= 0")
+    for i, d in enumerate(demand):
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or math.isnan(d) or d < 0:
+            raise ValueError(f"flow {i}: demand {d!r} must be a number >= 0 (inf: unlimited)")
+    for i, w in enumerate(weights or ()):
+        if not (finite_number(w) and w > 0):
+            raise ValueError(f"flow {i}: weight {w!r} must be a finite number > 0")
+    for i, f in enumerate(floors or ()):
+        if not (finite_number(f) and f >= 0):
+            raise ValueError(f"flow {i}: floor {f!r} must be a finite number >= 0")
 
 
 def max_min_fair(paths: Sequence[Sequence[Link]], capacity: Mapping[Link, float],
@@ -19,6 +43,7 @@ def max_min_fair(paths: Sequence[Sequence[Link]], capacity: Mapping[Link, float]
     demand = list(demands) if demands is not None else [float("inf")] * n
     if len(demand) != n:
         raise ValueError(f"{n} paths but {len(demand)} demands")
+    _check_inputs(capacity, demand)
     for i, path in enumerate(paths):
         for link in path:
             if link not in capacity:
@@ -61,9 +86,8 @@ def weighted_max_min(paths: Sequence[Sequence[Link]], capacity: Mapping[Link, fl
     demand = list(demands) if demands is not None else [float("inf")] * n
     if not (len(weights) == len(floor) == len(demand) == n):
         raise ValueError("paths, weights, floors and demands differ in length")
+    _check_inputs(capacity, demand, weights, floor)
     for i in range(n):
-        if not weights[i] > 0 or not floor[i] >= 0 or not demand[i] >= 0:
-            raise ValueError(f"flow {i}: weight must be > 0, floor and demand >= 0")
         for link in paths[i]:
             if link not in capacity:
                 raise KeyError(f"flow {i}: link {link} has no capacity")

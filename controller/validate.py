@@ -24,7 +24,10 @@ def finite_number(x: Any) -> bool:
     """An int or float (not a bool) that is neither NaN nor infinite."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return False
-    return math.isfinite(x)
+    try:
+        return math.isfinite(x)
+    except OverflowError:          # an int too large for a float (JSON allows any number of digits)
+        return False
 
 
 def _refuse_constant(name: str) -> Any:

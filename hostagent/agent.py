@@ -93,6 +93,13 @@ class Agent:
                 self.rejected += 1
                 log.warning("rejected a message: %s", exc)
                 return self.tx.seal("reply", {"ok": False, "error": f"rejected: {exc}"})
+            unsaved = self.rx.guard.persist_error
+            if unsaved is not None and msg_type != "status":
+                # the replay guard could not be persisted (a full or read-only state dir): nothing that
+                # changes the kernel is taken, since a restart could not refuse its replay; status still is
+                log.error("%s refused: cannot persist the replay guard: %s", msg_type, unsaved)
+                return self.tx.seal("reply", {"ok": False, "error": f"state dir: cannot persist the replay guard "
+                                              f"({unsaved}); only status is answered until it can"})
             try:
                 reply = self._dispatch(msg_type, body)
             except (PlanError, ExecError, ValueError) as exc:
@@ -416,11 +423,18 @@ def _count(x) -> bool:
 
 
 def _read_int(path: Path) -> int:
+    """A persisted counter: 0 if the file does not exist; a corrupt or
+    unreadable one stops the agent by name (read as 0, a stale controller
+    would be taken for a new one)."""
+    if not path.exists():
+        return 0
     try:
         value = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
-    return value if 0 <= value < 2**63 else 0
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: corrupt agent state ({exc}); move it away to start afresh") from None
+    if not 0 <= value < 2**63:
+        raise ValueError(f"{path}: corrupt agent state ({value} is out of range); move it away to start afresh")
+    return value
 
 
 def _write_int(path: Path, value: int) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import time
@@ -110,10 +111,12 @@ class Sender:
     direction: str = "c2a"
     last_seq: int = 0
     clock: Any = time.time
-    clock_ns: Any = time.time_ns
+    clock_ns: Any = None            # default: time.time_ns with the real clock, else the given clock in ns
 
     def seal(self, msg_type: str, body: dict[str, Any]) -> bytes:
-        self.last_seq = max(self.clock_ns(), self.last_seq + 1)
+        ns = self.clock_ns() if self.clock_ns is not None else (
+            time.time_ns() if self.clock is time.time else int(self.clock() * 1e9))
+        self.last_seq = max(ns, self.last_seq + 1)
         fields = {"v": VERSION, "host": self.host, "seq": self.last_seq, "ts": self.clock(),
                   "type": msg_type, "body": body}
         return _canonical({**fields, "mac": _mac(direction_key(self.key, self.direction), fields)})
@@ -125,12 +128,28 @@ class ReplayGuard:
     state_file: Path | None = None
     last_seq: int = field(default=0)
 
+    persist_error: str | None = None     # why the last accepted seq could not be written (None: it was)
+    clock: Any = time.time
+
     def __post_init__(self) -> None:
         if self.state_file is not None and Path(self.state_file).exists():
             try:
                 self.last_seq = int(Path(self.state_file).read_text().strip() or 0)
-            except ValueError:
+            except (ValueError, OSError):
                 raise ChannelError(f"{self.state_file}: corrupt replay state") from None
+        # A seq ahead of this clock (a signed message from a future clock, persisted) would lock the
+        # channel out until the clock catches up -- for a day, a year. Seqs are the sender's clock in ns
+        # and a message is refused unless its ts is within the skew, so nothing replayable lies above
+        # now + skew: the guard is brought back there.
+        ceiling = self.ceiling()
+        if self.last_seq > ceiling:
+            logging.getLogger("bwfabric.agent").warning(
+                "replay state %d is %.0f s ahead of this clock; brought back to now + %g s",
+                self.last_seq, (self.last_seq - ceiling) / 1e9, DEFAULT_MAX_SKEW_S)
+            self.last_seq = ceiling
+
+    def ceiling(self) -> int:
+        return int((self.clock() + DEFAULT_MAX_SKEW_S) * 1e9)
 
     def accept(self, seq: int) -> None:
         if seq <= self.last_seq:
@@ -138,8 +157,16 @@ class ReplayGuard:
         self.last_seq = seq
         if self.state_file is not None:
             tmp = Path(f"{self.state_file}.tmp")
-            tmp.write_text(str(seq))
-            os.replace(tmp, self.state_file)
+            try:
+                tmp.write_text(str(seq))
+                os.replace(tmp, self.state_file)
+                self.persist_error = None
+            except OSError as exc:
+                self.persist_error = f"{self.state_file}: {exc.strerror or exc}"
+                try:
+                    tmp.unlink()
+                except OSError:
+                    pass
 
 
 @dataclass
@@ -185,5 +212,7 @@ class Receiver:
         skew = abs(self.clock() - msg["ts"])
         if skew > self.max_skew_s:
             raise ChannelError(f"stale or future message: clock skew {skew:.1f} s > {self.max_skew_s:g} s")
+        if msg["seq"] > (self.clock() + self.max_skew_s) * 1e9:     # seqs are the sender's clock in ns
+            raise ChannelError(f"seq {msg['seq']} is ahead of this clock by more than {self.max_skew_s:g} s")
         self.guard.accept(msg["seq"])  # last: only an authentic, fresh message advances the guard
         return msg["type"], msg["body"]

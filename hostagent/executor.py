@@ -225,6 +225,7 @@ class Executor:
     touched: dict[str, list] = field(default_factory=dict)   # kind -> names ("dev", "nft", "bpf")
     nft_listing: dict[str, str] = field(default_factory=dict)  # planned text -> the kernel's listing of it
     changes: int = 0                    # kernel changes made (for tests and logs)
+    mptcp_limits_original: dict = field(default_factory=dict)   # `ip mptcp limits` before we set them
 
     def __post_init__(self) -> None:
         if self.state_file is not None and Path(self.state_file).exists():
@@ -234,6 +235,8 @@ class Executor:
                     raise ValueError("not an object")
                 self.originals = dict(data.get("sysctl_originals", {}))
                 self.touched = {k: list(v) for k, v in dict(data.get("touched", {})).items()}
+                self.mptcp_limits_original = {str(k): str(v) for k, v in
+                                              dict(data.get("mptcp_limits_original", {})).items()}
             except (ValueError, TypeError, AttributeError) as exc:
                 raise ExecError(f"{self.state_file}: corrupt executor state ({exc}); move it away to start "
                                 "afresh (it lists what to undo on teardown)") from None
@@ -364,6 +367,8 @@ class Executor:
                 out.append(f"nft table {name}")
         if self.mptcp_endpoints():
             out.append(f"mptcp endpoints {sorted(self.mptcp_endpoints())}")
+        if self.mptcp_limits_original and self._mptcp_limits() != self.mptcp_limits_original:
+            out.append(f"mptcp limits {self._mptcp_limits()}, originally {self.mptcp_limits_original}")
         for m, ip in self.touched.get("bpf", []):
             if self._bpf_lookup(m, ip) is not None:
                 out.append(f"bpf {m}[{ip}]")
@@ -398,7 +403,8 @@ class Executor:
     def _save(self) -> None:
         if self.state_file is not None:
             tmp = Path(f"{self.state_file}.tmp")
-            tmp.write_text(json.dumps({"sysctl_originals": self.originals, "touched": self.touched}))
+            tmp.write_text(json.dumps({"sysctl_originals": self.originals, "touched": self.touched,
+                                       "mptcp_limits_original": self.mptcp_limits_original}))
             tmp.replace(self.state_file)
 
     # ---- sysctl ------------------------------------------------------------------------
@@ -454,6 +460,9 @@ class Executor:
         have = dict(zip(cur[::2], cur[1::2]))
         if have.get("subflows") != str(limits.subflows) or have.get("add_addr_accepted") != str(
                 limits.add_addr_accepted):
+            if not self.mptcp_limits_original:        # saved before the write: a crash after it still restores
+                self.mptcp_limits_original = {k: have[k] for k in ("subflows", "add_addr_accepted") if k in have}
+                self._save()
             self._step("mptcp limits")
             _run(["ip", "mptcp", "limits", "set", "subflows", str(limits.subflows),
                   "add_addr_accepted", str(limits.add_addr_accepted)])
@@ -472,6 +481,17 @@ class Executor:
     def _mptcp_remove(self) -> None:
         for eid in self.mptcp_endpoints():
             _run(["ip", "mptcp", "endpoint", "delete", "id", str(eid)])
+        if self.mptcp_limits_original:
+            if self._mptcp_limits() != self.mptcp_limits_original:
+                args = [x for k, v in sorted(self.mptcp_limits_original.items()) for x in (k, v)]
+                _run(["ip", "mptcp", "limits", "set", *args])
+            self.mptcp_limits_original = {}
+
+    @staticmethod
+    def _mptcp_limits() -> dict:
+        cur = _run(["ip", "mptcp", "limits", "show"]).split()
+        have = dict(zip(cur[::2], cur[1::2]))
+        return {k: have[k] for k in ("subflows", "add_addr_accepted") if k in have}
 
     # ---- nftables -----------------------------------------------------------------------------
     @staticmethod

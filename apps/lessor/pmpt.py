@@ -189,10 +189,14 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
     key would be merged silently), link capacities finite and >= 0 (a zero
     capacity makes a link unusable; a negative one is an error)."""
     seen: set = set()
+    graph = paths.view.graph
     for f in flows:
         if f.key in seen:
             raise ValueError(f"flow {f.key!r}: duplicate flow key")
         seen.add(f.key)
+        for end in (f.src_tor, f.dst_tor):
+            if not graph.has_node(end) or paths.view.is_host(end):
+                raise ValueError(f"flow {f.key!r}: ToR {end!r} is not a switch of the fabric")
         if isinstance(f.demand, bool) or not isinstance(f.demand, (int, float)) or not \
                 (math.isfinite(f.demand) and 0 <= f.demand <= MAX_DEMAND_BPS):
             raise ValueError(f"flow {f.key!r}: demand {f.demand!r} must be a finite number in [0, {MAX_DEMAND_BPS:g}]")

@@ -93,10 +93,10 @@ class LrcController:
                 continue
             for peer, rep in pairs.items():
                 dst = self.vms.get(peer)
-                if dst is None or dst.tenant != src.tenant or dst.ip == src.ip:
+                if dst is None or dst.tenant != src.tenant or dst.ip == src.ip or not _sane_report(rep):
                     self.refused_reports += 1
                     continue
-                out[(src.ip, dst.ip)] = rep if isinstance(rep, dict) else {}
+                out[(src.ip, dst.ip)] = rep
         return out
 
     def round(self, loads_bps: dict, reports: dict[str, dict]) -> dict[str, dict[str, list[float]]]:
@@ -134,7 +134,9 @@ class LrcController:
             if not (M.finite_number(v) and M.finite_number(w) and v > 0 and w > 0):
                 continue
             for link in paths[pair].links:
-                best[link] = max(best.get(link, 0.0), v / w)
+                # seeded within the link: v/w can at most be its capacity per unit of the pair's weight
+                cap = self.factors.capacity_mbps.get(link, 0.0) / paths[pair].weight
+                best[link] = max(best.get(link, 0.0), min(v / w, cap))
         for link, r in best.items():
             if link in self.factors.members:
                 self.factors.seed(link, r)
@@ -149,3 +151,16 @@ class LrcController:
         est = min(10.0, max(0.0, self.delay_s))
         if not math.isclose(est, self.factors.params.feedback_delay_s, rel_tol=0.05):
             self.factors.params = self.factors.params.model_copy(update={"feedback_delay_s": round(est, 3)})
+
+
+def _sane_report(rep) -> bool:
+    """A pair report whose numbers a round can use: an object whose v,
+    limit and guarantee are finite numbers in [0, 400000] Mb/s and whose
+    weight (if given) is in [1e-6, 1e6] (the sessions refuse the rest by
+    name; this keeps the round safe from any other caller)."""
+    if not isinstance(rep, dict):
+        return False
+    for k in ("v_mbps", "limit_mbps", "guarantee_mbps"):
+        if k in rep and not (M.finite_number(rep[k]) and 0 <= rep[k] <= 400_000):
+            return False
+    return "weight" not in rep or (M.finite_number(rep["weight"]) and 1e-6 <= rep["weight"] <= 1e6)

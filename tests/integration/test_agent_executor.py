@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent('''
     plan = P.Plan(tuple(s for s in P.host_plan(cfg).steps if not isinstance(s, P.BpfMapSet)))
     ex = Executor(state_file=args["state"])
     rmem_before = open("/proc/sys/net/ipv4/tcp_rmem").read()
-    out = {"rmem_before": rmem_before, "first": ex.apply(plan), "again": ex.apply(plan)}
+    limits_before = subprocess.run(["ip", "mptcp", "limits", "show"], capture_output=True, text=True).stdout
+    out = {"rmem_before": rmem_before, "limits_before": limits_before, "first": ex.apply(plan), "again": ex.apply(plan)}
     def sh(*c):
         return subprocess.run(c, capture_output=True, text=True).stdout
     out["classes"] = sh("tc", "class", "show", "dev", cfg.interface)
@@ -36,7 +37,8 @@ SCRIPT = textwrap.dedent('''
     ex.teardown()
     out["after"] = {"qdisc": sh("tc", "qdisc", "show", "dev", cfg.interface),
                     "nft": sh("nft", "list", "tables"), "endpoints": sh("ip", "mptcp", "endpoint", "show"),
-                    "rmem": open("/proc/sys/net/ipv4/tcp_rmem").read()}
+                    "rmem": open("/proc/sys/net/ipv4/tcp_rmem").read(),
+                    "limits": sh("ip", "mptcp", "limits", "show"), "clean": ex.clean_differences()}
     print(json.dumps(out))
 ''')
 
@@ -69,3 +71,5 @@ def test_executor_applies_idempotently_changes_rates_in_place_and_tears_down(net
     after = out["after"]
     assert "htb" not in after["qdisc"] and "bwfabric" not in after["nft"] and "signal" not in after["endpoints"]
     assert after["rmem"] == out["rmem_before"] != out["rmem"]          # restored
+    # issue #31: teardown left `ip mptcp limits` changed while the status said clean
+    assert after["limits"] == out["limits_before"] != out["limits"] and after["clean"] == []

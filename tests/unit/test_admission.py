@@ -223,3 +223,15 @@ def test_on_unequal_uplinks_a_rejection_is_always_right():
         assert ours or not exact
         missed += ours and not exact
     print(f"unequal uplinks: {missed} of 100 admitted here but over-subscribed on a mixed cut")
+
+
+@pytest.mark.parametrize("bad", [-5.0, float("nan"), float("inf"), "3", None, True])
+def test_a_guarantee_that_is_not_a_number_is_refused_by_name(bad):
+    """Before #31 a negative guarantee let an over-commit through (it
+    lowered a cut's sum) and a string raised TypeError."""
+    topo = builders.bgwc_testbed(link_mbps=10)
+    g = {"s1": 9.0, "s2": 9.0, "s5": 9.0, "s6": bad}
+    with pytest.raises(ValueError, match="s6"):
+        admission.rejections(topo, g, 0.9)
+    with pytest.raises(ValueError, match="mu"):
+        admission.rejections(topo, {"s1": 1.0}, float("nan"))

@@ -41,3 +41,53 @@ def test_feasible_and_every_flow_has_a_bottleneck(data):
         assert any(load[link] >= cap[link] * (1 - 1e-6)
                    and all(rates[i] >= rates[j] - 1e-6 for j, q in enumerate(paths) if link in q)
                    for link in p), (paths, rates)
+
+
+# ---- weighted max-min and bad input (issue #31: a NaN capacity looped forever, NaN or negative input
+# came back as NaN or negative rates; weighted_max_min was never called here)
+from controller.maxmin import weighted_max_min  # noqa: E402
+
+
+def test_weighted_max_min_textbook():
+    # one 12 Mb/s link, weights 1 and 2, guarantee 5 on the first: x with max(5, x) + 2x = 12 -> x = 3.5
+    assert weighted_max_min([["l"], ["l"]], {"l": 12.0}, [1, 2], floors=[5, 0]) == pytest.approx([5, 7])
+    # a demand frees bandwidth for the other flow
+    assert weighted_max_min([["l"], ["l"]], {"l": 12.0}, [1, 1], demands=[2, float("inf")]) == pytest.approx([2, 10])
+
+
+_bad = st.sampled_from([float("nan"), float("inf"), -1.0, -1e-9])
+
+
+@settings(max_examples=100, deadline=None)
+@given(_bad, st.sampled_from(["capacity", "demand", "weight", "floor"]))
+def test_bad_inputs_are_refused_by_name_and_never_loop(bad, where):
+    if where == "demand" and bad == float("inf"):
+        return                                             # infinity is "no demand limit"
+    cap = {"l": bad if where == "capacity" else 10.0}
+    demands = [bad if where == "demand" else 5.0, 5.0]
+    weights = [bad if where == "weight" else 1.0, 1.0]
+    floors = [bad if where == "floor" else 0.0, 0.0]
+    with pytest.raises(ValueError, match=where):
+        weighted_max_min([["l"], ["l"]], cap, weights, floors=floors, demands=demands)
+    if where in ("capacity", "demand"):
+        with pytest.raises(ValueError, match=where):
+            max_min_fair([["l"], ["l"]], cap, demands=demands)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_weighted_rates_are_feasible_and_each_flow_gets_its_floor_or_a_full_link(data):
+    n_links = data.draw(st.integers(1, 5))
+    cap = {i: data.draw(st.floats(1, 100)) for i in range(n_links)}
+    paths = data.draw(st.lists(st.lists(st.integers(0, n_links - 1), min_size=1, max_size=3, unique=True),
+                               min_size=1, max_size=6))
+    weights = [data.draw(st.floats(0.1, 10)) for _ in paths]
+    rates = weighted_max_min(paths, cap, weights)
+    load = {i: 0.0 for i in cap}
+    for p, r in zip(paths, rates):
+        assert r >= 0
+        for link in p:
+            load[link] += r
+    assert all(load[i] <= cap[i] * (1 + 1e-6) for i in cap)
+    for p in paths:                                         # no floors or demands: every flow meets a full link
+        assert any(load[link] >= cap[link] * (1 - 1e-6) for link in p)

@@ -154,3 +154,11 @@ def test_one_path_routing_reaches_093_of_lp_or_the_one_path_optimum():
             if ratio < 0.93:
                 opt, status, _ = one_path_optimum_milp(flows, pd)
                 assert status == "Optimal" and alloc.integral_lam >= opt * (1 - 1e-6), (k, seed, ratio, opt / lp.lam)
+
+
+@pytest.mark.parametrize("src,dst", [("nowhere", "e1_0"), ("e0_0", "h1"), ("e0_0", "")])
+def test_a_flow_whose_tor_is_not_a_switch_is_refused_by_name(src, dst):
+    """Before #31 PMPT raised a networkx error from deep inside the path search."""
+    pd = PathDictionary(NetworkView(builders.fattree(4, link_mbps=10)))
+    with pytest.raises(ValueError, match=f"flow 'f': ToR {(src if src == 'nowhere' else dst)!r} is not a switch"):
+        pmpt([LongFlow("f", src, dst, 1e6)], pd)
