@@ -82,6 +82,8 @@ class Agent:
         self.lrc_a_l: float | None = None    # the WC competition level LRC set (combined mode), in force
         self.lrc_seen: dict = {}             # conntrack byte counts at the last round (who sends what)
         self.lrc_repairs = 0
+        self.conntrack = None                # hostagent.conntrack.ConntrackReader, opened on first use
+        self.conntrack_failed = False
         self.lock = threading.Lock()
 
     def handle(self, raw: bytes) -> bytes:
@@ -147,18 +149,40 @@ class Agent:
             self.lrc, self.lrc_in_force, self.lrc_a_l = before
             raise
 
+    def _conntrack(self, address: str) -> list:
+        """The VM's conntrack entries: filtered in the kernel (netlink, one
+        socket kept open) so the cost follows the VM's own entries more than
+        the table's; the kernel's whole text where netlink filtering is not
+        to be had (kernels before 5.8)."""
+        from hostagent.conntrack import ConntrackReader
+        from hostagent.lrc import read_conntrack
+        if self.conntrack is None and not self.conntrack_failed:
+            try:
+                self.conntrack = ConntrackReader()
+            except OSError as exc:
+                self.conntrack_failed = True
+                log.warning("conntrack over netlink unavailable (%s): reading the whole table", exc)
+        if self.conntrack is not None:
+            try:
+                return self.conntrack.entries_of(address)
+            except OSError as exc:
+                log.warning("conntrack dump failed (%s): reading the whole table this round", exc)
+                self.conntrack.close()
+                self.conntrack = None
+        return [e for e in read_conntrack() if address in (e.saddr, e.daddr)]
+
     def lrc_round(self, entries=None, now: float | None = None) -> str:
         """One τ_v round: observe the open pairs (conntrack), step v, put the
         limits in force -- the rates only (fast path) when the pairs are the
         same, the whole plan when a pair opened or closed. Returns what it
         did ("idle", "rates", "pairs")."""
-        from hostagent.lrc import Timeouts, active_peers, read_conntrack
+        from hostagent.lrc import Timeouts, active_peers
         with self.lock:
             if self.lrc is None or self.config is None or self.degraded is not None:
                 return "idle"
             now = time.monotonic() if now is None else now
             lrc = self.lrc
-            entries = read_conntrack() if entries is None else entries
+            entries = self._conntrack(self.config.address) if entries is None else entries
             active = active_peers(entries, self.config.address, lrc.policy.peers, lrc.policy.params.pair_idle_s,
                                   Timeouts.read(), self.lrc_seen)
             lrc.observe(active, now)
