@@ -109,6 +109,16 @@ class Bed:
     ns: list = field(default_factory=list)
     line_stats: list = field(default_factory=list)   # each delay line's statistics, once stopped
 
+    def path_bytes(self) -> list[int]:
+        """Bytes each path's bottleneck (its token bucket) has sent so far."""
+        out = []
+        for i in range(len(self.paths)):
+            m = next(n for n in self.ns if n.startswith(f"cpM{i}"))
+            data = json.loads(subprocess.run(["ip", "netns", "exec", m, "tc", "-s", "-j", "qdisc", "show", "dev", "xb"],
+                                             capture_output=True, text=True, check=True).stdout)
+            out.append(sum(q.get("bytes", 0) for q in data if q.get("kind") == "tbf"))
+        return out
+
     def addrs(self, i: int) -> list[str]:
         return [f"10.78.{i + 1}.{1 + 10 * j}" for j in range(self.paths[i].addrs)]
 
@@ -354,10 +364,16 @@ def machine_cpu_s() -> float:
     short wake-ups a packet-moving machine is made of: the delay lines'
     own exact run time came out above them)."""
     with open("/proc/stat") as f:
-        vals = [int(x) for x in f.readline().split()[1:]]
+        line = f.readline()
         t = time.monotonic()
-    idle = (vals[3] + vals[4]) / os.sysconf("SC_CLK_TCK")
-    return t * os.cpu_count() - idle
+    return busy_cpu_s(line, t, os.cpu_count(), os.sysconf("SC_CLK_TCK"))
+
+
+def busy_cpu_s(stat_cpu_line: str, wall_s: float, cpus: int, ticks_per_s: int) -> float:
+    """:func:`machine_cpu_s`'s formula on one ``cpu`` line of /proc/stat
+    (user nice system idle iowait ...): wall x CPUs less idle and iowait."""
+    vals = [int(x) for x in stat_cpu_line.split()[1:]]
+    return wall_s * cpus - (vals[3] + vals[4]) / ticks_per_s
 
 
 def _cgroup():
@@ -643,8 +659,10 @@ def _guest_run(seconds: float, slice_ms: float | None, kind: str, mbps: float, c
                 # scheduled from the sender's start: a guest kernel booting on 1/4 of a CPU in 1.4 s gaps
                 # panics in its boot-time timer check
                 g.wait_marker("ready", 300)
+                paths_before = bed.path_bytes()
                 with vmguest.cpu_share(tids, cpu, slice_ms) as sched:
                     guest = g.wait(timeout=seconds + 900)
+                path_bytes = [x - y for x, y in zip(bed.path_bytes(), paths_before)]
             if "error" in guest or "error" in guest.get("sender", {}):
                 raise RuntimeError(f"the guest's job failed: {guest}")
             got = json.loads(sink.communicate(timeout=60)[0])["0"]
@@ -654,7 +672,8 @@ def _guest_run(seconds: float, slice_ms: float | None, kind: str, mbps: float, c
                 sink.wait(5)
     # the vCPU's share while the sender ran: samples up to its end, less the guest's power-off
     vcpu = vmguest.share(sched["usage"], until=sched["usage"][-1][0] - 0.6 if sched["usage"] else None)
-    return {"mbps": got["bytes"] * 8 / 1e6 / max(got["measured_s"], 1e-9), "guest": guest, "vcpu_share": vcpu}
+    return {"mbps": got["bytes"] * 8 / 1e6 / max(got["measured_s"], 1e-9), "guest": guest, "vcpu_share": vcpu,
+            "path_bytes": path_bytes}
 
 
 FREE_TOS = (0x28, 0xfc)

