@@ -150,21 +150,24 @@ class Agent:
             raise
 
     def _conntrack(self, address: str) -> list:
-        """The VM's conntrack entries: filtered in the kernel (netlink, one
-        socket kept open) so the cost follows the VM's own entries more than
-        the table's; the kernel's whole text where netlink filtering is not
-        to be had (kernels before 5.8)."""
-        from hostagent.conntrack import ConntrackReader
+        """The VM's conntrack entries at a cost that follows the VM's own
+        entries, not the table (hostagent.conntrack.VmConntrack: a filtered
+        dump, then events and one lookup per entry); the kernel's whole text
+        where netlink filtering is not to be had (kernels before 5.8)."""
+        from hostagent.conntrack import VmConntrack
         from hostagent.lrc import read_conntrack
+        if self.conntrack is not None and self.conntrack.address != address:
+            self.conntrack.close()
+            self.conntrack = None
         if self.conntrack is None and not self.conntrack_failed:
             try:
-                self.conntrack = ConntrackReader()
+                self.conntrack = VmConntrack(address)
             except OSError as exc:
                 self.conntrack_failed = True
                 log.warning("conntrack over netlink unavailable (%s): reading the whole table", exc)
         if self.conntrack is not None:
             try:
-                return self.conntrack.entries_of(address)
+                return self.conntrack.entries()
             except OSError as exc:
                 log.warning("conntrack dump failed (%s): reading the whole table this round", exc)
                 self.conntrack.close()

@@ -62,7 +62,7 @@ class LrcParams(StrictModel):
     alpha: float = Field(10.0, gt=0, le=1000, description="Eq. 27's host gain α (1/s): v moves α·τ_v of the way "
                          "(log domain) to w·r̃ each τ_v")
     beta: float = Field(1.0, gt=0, le=1000, description="Eq. 27's link gain β (1/s) of r's update every τ_r")
-    tau_v_s: float = Field(0.05, ge=0.001, le=10, description="host update period τ_v (s)")
+    tau_v_s: float = Field(0.05, ge=0.01, le=10, description="host update period τ_v (s); at least 10 ms: each round reads conntrack and may change tc (benchmarks/conntrack_cost.py)")
     tau_r_s: float = Field(0.1, ge=0.01, le=10, description="link factor period τ_r (s): port statistics are "
                            "polled and factors pushed this often")
     mu: float = Field(0.9, gt=0, le=1, description="target utilisation μ (the highest TCP goodput measured over "

@@ -42,3 +42,34 @@ def test_the_filtered_read_is_the_vms_part_of_the_whole_table(netns):
     out = json.loads(res.stdout)
     assert len(out["mine"]) == 5 and out["mine"] == out["whole"] and out["total"] >= 305
     assert out["none"] == 0 and all(f == [17, True, True, True] for f in out["fields"])
+
+
+EVENTS = textwrap.dedent('''
+    import json, socket, subprocess, time
+    from hostagent.conntrack import VmConntrack
+    for cmd in (["add", "table", "ip", "t"], ["add", "chain", "ip", "t", "o",
+                "{ type filter hook output priority 0; }"], ["add", "rule", "ip", "t", "o", "ct", "state", "new", "counter"]):
+        subprocess.run(["nft", *cmd], check=True)
+    subprocess.run(["ip", "addr", "add", "10.9.0.2/24", "dev", "ag0"], check=True)
+    vm = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    vm.bind(("10.9.0.1", 0))
+    vm.sendto(b"x", ("10.9.0.10", 5000))                    # before: found by the first (dump) read
+    ct = VmConntrack("10.9.0.1")
+    first = len(ct.entries())
+    vm.sendto(b"x", ("10.9.0.11", 5001))                    # after: found through the NEW event
+    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    other.bind(("10.9.0.2", 0))
+    for i in range(200):                                   # foreign: no lookups for them
+        other.sendto(b"x", ("10.9.0.%d" % (20 + i % 100), 6000 + i))
+    second = sorted(e.dport for e in ct.entries())
+    print(json.dumps({"first": first, "second": second, "tracked": len(ct.tuples), "resyncs": ct.resyncs}))
+''')
+
+
+def test_the_event_driven_read_follows_new_entries_without_rereading_the_table(netns):
+    res = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", EVENTS], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["first"] == 1 and out["second"] == [5000, 5001]
+    assert out["tracked"] == 2 and out["resyncs"] == 1          # one dump; the rest came from events
