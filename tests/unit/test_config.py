@@ -137,6 +137,8 @@ def test_every_problem_is_reported_at_once():
     (b"\xff\xfeversion: 1", "not UTF-8"),
     (b"a: &x 1\nb: *x\n", "anchors and aliases"),
     (b"version: 1\nversion: 1\n", "duplicate key 'version'"),
+    (b"version: 1\nadmission: {mu: 0.9}\nversion: 2\n", "duplicate key 'version'"),      # not adjacent
+    (b"version: " + b"9" * 5000 + b"\n", "digits"),                                       # int() refuses it
     (b"- 1\n- 2\n", "must be a mapping"),
     (b"version: [1\n", "line 2 column 1"),
     (b"x" * (config.MAX_CONFIG_BYTES + 1), "more than"),
