@@ -168,6 +168,11 @@ class VmConntrack:
         self.tuples: set[tuple] = set()
         self.synced_at: float | None = None
         self.resyncs = 0
+        # with events off (nf_conntrack_events = 0) the kernel sends none: dump every round instead
+        try:
+            self.events_on = open("/proc/sys/net/netfilter/nf_conntrack_events").read().strip() != "0"
+        except OSError:
+            self.events_on = True
         self._last: list[Entry] = []
 
     def close(self) -> None:
@@ -176,7 +181,7 @@ class VmConntrack:
 
     def entries(self) -> list[Entry]:
         now = self.clock()
-        if self.synced_at is None or now - self.synced_at >= RESYNC_S or not self._drain():
+        if self.synced_at is None or not self.events_on or now - self.synced_at >= RESYNC_S or not self._drain():
             self._resync(now)
             return list(self._last)
         out = []
