@@ -33,7 +33,11 @@ setup() {
         .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
         touch .venv/.installed
     fi
-    # the guest kernel and QEMU for coupled-vm-guest and its test (experiments/vmguest.py); quick once done
+}
+
+# The guest kernel and QEMU (from bookworm-backports) for the one experiment that runs a real guest,
+# coupled-vm-guest, and its test: set up for those only, never for the controller, the agent or the main job.
+setup_guest() {
     if ! .venv/bin/python -c "from experiments import vmguest; raise SystemExit(vmguest.missing() is not None)"; then
         echo "bwfabric.sh: setting up the guest kernel (QEMU from bookworm-backports)" >&2
         .venv/bin/python -m experiments.vmguest setup >/dev/null
@@ -45,9 +49,14 @@ cmd="${1:-experiment}"
 setup
 case "$cmd" in
     test)
-        # The official test command never skips the root integration tests.
+        # The official test command never skips the root integration tests (the real-guest one included).
+        setup_guest
         export BWFABRIC_REQUIRE_INTEGRATION=1
         exec .venv/bin/python -m pytest "$@"
+        ;;
+    experiment)
+        [ "${1:-}" = coupled-vm-guest ] && setup_guest
+        exec .venv/bin/bwfabric "$cmd" "$@"
         ;;
     *)
         exec .venv/bin/bwfabric "$cmd" "$@"
