@@ -22,18 +22,30 @@ def test_errors():
         max_min_fair([["l"]], {"l": 1.0}, demands=[1, 2])
 
 
+def _instance(data, links: int, lo: float, hops: int, flows: int):
+    """A random fabric: link capacities, and flows' paths over them."""
+    n_links = data.draw(st.integers(1, links))
+    cap = {i: data.draw(st.floats(lo, 100)) for i in range(n_links)}
+    paths = data.draw(st.lists(st.lists(st.integers(0, n_links - 1), min_size=1, max_size=hops, unique=True),
+                               min_size=1, max_size=flows))
+    return cap, paths
+
+
+def _loads(cap, paths, rates):
+    load = {link: 0.0 for link in cap}
+    for p, r in zip(paths, rates):
+        assert r >= 0
+        for link in p:
+            load[link] += r
+    return load
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_feasible_and_every_flow_has_a_bottleneck(data):
-    n_links = data.draw(st.integers(1, 6))
-    cap = {i: data.draw(st.floats(0.5, 100)) for i in range(n_links)}
-    paths = data.draw(st.lists(st.lists(st.integers(0, n_links - 1), min_size=1, max_size=4, unique=True),
-                               min_size=1, max_size=8))
+    cap, paths = _instance(data, 6, 0.5, 4, 8)
     rates = max_min_fair(paths, cap)
-    load = {link: 0.0 for link in cap}
-    for p, r in zip(paths, rates):
-        for link in p:
-            load[link] += r
+    load = _loads(cap, paths, rates)
     for link in cap:
         assert load[link] <= cap[link] * (1 + 1e-6)
     # max-min: each flow crosses a saturated link on which it has a largest rate
@@ -77,17 +89,10 @@ def test_bad_inputs_are_refused_by_name_and_never_loop(bad, where):
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_weighted_rates_are_feasible_and_each_flow_gets_its_floor_or_a_full_link(data):
-    n_links = data.draw(st.integers(1, 5))
-    cap = {i: data.draw(st.floats(1, 100)) for i in range(n_links)}
-    paths = data.draw(st.lists(st.lists(st.integers(0, n_links - 1), min_size=1, max_size=3, unique=True),
-                               min_size=1, max_size=6))
+    cap, paths = _instance(data, 5, 1, 3, 6)
     weights = [data.draw(st.floats(0.1, 10)) for _ in paths]
     rates = weighted_max_min(paths, cap, weights)
-    load = {i: 0.0 for i in cap}
-    for p, r in zip(paths, rates):
-        assert r >= 0
-        for link in p:
-            load[link] += r
+    load = _loads(cap, paths, rates)
     assert all(load[i] <= cap[i] * (1 + 1e-6) for i in cap)
     for p in paths:                                         # no floors or demands: every flow meets a full link
         assert any(load[link] >= cap[link] * (1 - 1e-6) for link in p)
