@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent('''
     other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     other.bind(("10.9.0.2", 0))
     for i in range(n):
-        other.sendto(b"x", ("10.8.%d.%d" % ((i >> 8) & 255, i & 255), 1000 + (i >> 16)))
+        other.sendto(b"x", ("10.8.0.%d" % (2 + i // 60000), 1024 + i % 60000))   # few neighbours, many ports
     total = len(read_conntrack())
 
     def cpu(fn):
