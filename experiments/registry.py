@@ -60,9 +60,11 @@ def run(name: str, option_items: list[str], out: Path) -> int:
         return 2
     from experiments.controller_proc import DEATHS
     from experiments.fabric import FabricError
+    from experiments.environment import Recorder
     DEATHS.clear()
     try:
-        module.run(cfg, out / name)
+        with Recorder(out / name):       # environment.json: what the result was measured on
+            module.run(cfg, out / name)
     except FabricError as exc:
         print(f"bwfabric experiment {name}: {exc}", file=sys.stderr)
         return 1

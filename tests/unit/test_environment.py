@@ -1,0 +1,54 @@
+"""What a result records about the machine it was measured on (issue #32
+§3): every namespace's settings, found by the processes in them, and the
+differences between two records."""
+
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from experiments import environment as E
+
+
+def test_differences_name_each_setting_that_differs_and_skip_what_always_does():
+    a = {"kernel": "6.18", "time": "x", "sysctls": {"net.core.wmem_default": "212992"},
+         "namespaces": {"net:[1]": {"pid": 1, "net.ipv4.tcp_ecn": "2"}}, "load": {"loadavg": [0.1]}}
+    b = {"kernel": "6.18", "time": "y", "sysctls": {"net.core.wmem_default": "33554432"},
+         "namespaces": {"net:[1]": {"pid": 7, "net.ipv4.tcp_ecn": "1"}, "net:[2]": {}}, "load": {"loadavg": [2]}}
+    assert E.differences(a, b) == ["namespaces.net:[1].net.ipv4.tcp_ecn: '2' vs '1'",
+                                   "namespaces.net:[2]: only in the second",
+                                   "sysctls.net.core.wmem_default: '212992' vs '33554432'"]
+    assert E.differences(a, a) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates a network namespace")
+def test_a_namespaces_own_settings_are_recorded(tmp_path):
+    name = f"bwfenv-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    proc = None
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv4.tcp_ecn=1"], check=True)
+        proc = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "30"])
+        inode = None
+        for _ in range(100):
+            try:
+                inode = os.readlink(f"/proc/{proc.pid}/ns/net")
+            except OSError:
+                pass
+            if inode and inode != os.readlink("/proc/self/ns/net"):
+                break
+            import time
+            time.sleep(0.02)
+        snap = E.snapshot()
+        mine = snap["namespaces"][inode]
+        assert mine["net.ipv4.tcp_ecn"] == "1" and not mine["root"]
+        assert snap["namespaces"][os.readlink("/proc/self/ns/net")]["root"]
+        with E.Recorder(tmp_path, during_s=0.0):
+            pass
+        assert {"before", "during", "after"} <= set(__import__("json").loads((tmp_path / "environment.json").read_text()))
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["ip", "netns", "del", name], check=False)
