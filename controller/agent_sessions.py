@@ -35,10 +35,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from apps.lrc.model import report_problems
 from controller import tenancy
 from controller.config import Loaded
 from controller.loops import LoopGuard
-from controller.validate import finite_number
 from hostagent.channel import ChannelError, host_key, load_secret
 from hostagent.client import AgentClient
 from hostagent.plan import CLASS_BG, CLASS_WC, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
@@ -288,14 +288,8 @@ class Session:
             self.st.last_error = why
 
 
-MAX_REPORT_MBPS = 400_000.0       # hostagent.plan.MAX_NIC_MBPS: nothing an agent reports can exceed a NIC
-MIN_REPORT_WEIGHT, MAX_REPORT_WEIGHT = 1e-6, 1e6     # the configuration's weight range
 MAX_PAIRS_REPORTED = 4096
 _IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$")
-
-
-def _number_in(x, lo: float, hi: float) -> bool:
-    return finite_number(x) and lo <= x <= hi
 
 
 def check_pair_reports(pairs) -> tuple[dict, list[str]]:
@@ -311,17 +305,9 @@ def check_pair_reports(pairs) -> tuple[dict, list[str]]:
         if not (isinstance(peer, str) and _IPV4.match(peer)):
             problems.append(f"pair {peer!r:.40}: not an IPv4 address")
             continue
-        if not isinstance(rep, dict):
-            problems.append(f"pair {peer}: must be an object")
-            continue
-        bad = [k for k in ("v_mbps", "limit_mbps", "guarantee_mbps")
-               if k in rep and not _number_in(rep[k], 0.0, MAX_REPORT_MBPS)]
-        if "weight" in rep and not _number_in(rep["weight"], MIN_REPORT_WEIGHT, MAX_REPORT_WEIGHT):
-            bad.append("weight")
-        if rep.get("factor_age_s") is not None and not _number_in(rep["factor_age_s"], 0.0, 1e9):
-            bad.append("factor_age_s")
-        if bad:
-            problems.append(f"pair {peer}: {', '.join(f'{k} {rep[k]!r:.30}' for k in bad)} out of range")
+        why = report_problems(rep)
+        if why:
+            problems.append(f"pair {peer}: {why[0]}")
             continue
         out[peer] = rep
     return out, problems

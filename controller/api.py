@@ -350,10 +350,6 @@ def _json(data: Any, status: int = 200, headers: dict | None = None) -> Response
                     mimetype="application/json", headers=headers)
 
 
-class ListenError(RuntimeError):
-    """A listener could not bind its address (in use, not local, ...)."""
-
-
 def open_files_for(connections: int) -> int:
     """Raise this process's open-file limit towards ``connections`` plus a
     margin (never past the hard limit); returns the connections it allows."""
@@ -393,6 +389,7 @@ class Server:
                 backlog=1024, ident="bwfabric", expose_tracebacks=False, clear_untrusted_proxy_headers=True,
                 _start=True)
         except OSError as exc:
+            from controller.launcher import ListenError
             raise ListenError(f"API listener {host}:{port}: {exc.strerror or exc}") from None
         self.port = self.httpd.effective_port
         self.thread = threading.Thread(target=self._run, name="api", daemon=True)

@@ -199,7 +199,10 @@ def start_services(rt: runtime.Runtime) -> Services:
     if rt.loaded.cfg.api is not None:
         try:
             api = api_mod.serve(rt, sessions)
-        except (api_mod.ListenError, ValueError) as exc:     # bind failure, token file
+        except ListenError:
+            Services(sessions, None, lrc).stop()
+            raise
+        except ValueError as exc:                           # the token file
             Services(sessions, None, lrc).stop()
             raise ListenError(str(exc)) from None
     return Services(sessions, api, lrc)

@@ -93,7 +93,7 @@ class LrcController:
                 continue
             for peer, rep in pairs.items():
                 dst = self.vms.get(peer)
-                if dst is None or dst.tenant != src.tenant or dst.ip == src.ip or not _sane_report(rep):
+                if dst is None or dst.tenant != src.tenant or dst.ip == src.ip or M.report_problems(rep):
                     self.refused_reports += 1
                     continue
                 out[(src.ip, dst.ip)] = rep
@@ -152,15 +152,3 @@ class LrcController:
         if not math.isclose(est, self.factors.params.feedback_delay_s, rel_tol=0.05):
             self.factors.params = self.factors.params.model_copy(update={"feedback_delay_s": round(est, 3)})
 
-
-def _sane_report(rep) -> bool:
-    """A pair report whose numbers a round can use: an object whose v,
-    limit and guarantee are finite numbers in [0, 400000] Mb/s and whose
-    weight (if given) is in [1e-6, 1e6] (the sessions refuse the rest by
-    name; this keeps the round safe from any other caller)."""
-    if not isinstance(rep, dict):
-        return False
-    for k in ("v_mbps", "limit_mbps", "guarantee_mbps"):
-        if k in rep and not (M.finite_number(rep[k]) and 0 <= rep[k] <= 400_000):
-            return False
-    return "weight" not in rep or (M.finite_number(rep["weight"]) and 1e-6 <= rep["weight"] <= 1e6)

@@ -117,6 +117,28 @@ def _non_negative(name: str, x) -> float:
 # ---- Eqs. 1 and 2 ---------------------------------------------------------------------------------
 
 
+MAX_REPORT_MBPS = 400_000.0            # no rate an agent reports can exceed a NIC (hostagent.plan.MAX_NIC_MBPS)
+REPORT_WEIGHTS = (1e-6, 1e6)          # the configuration's weight range
+
+
+def report_problems(rep) -> list[str]:
+    """Why one agent's report of a pair (v, limit, guarantee, weight, factor
+    age) cannot enter an LRC round ([] = it can): an object whose rates are
+    finite numbers in [0, 400000] Mb/s, whose weight is in [1e-6, 1e6] and
+    whose factor age is finite and >= 0 -- each field absent or right."""
+    if not isinstance(rep, dict):
+        return ["must be an object"]
+    bad = [k for k in ("v_mbps", "limit_mbps", "guarantee_mbps")
+           if k in rep and not (finite_number(rep[k]) and 0 <= rep[k] <= MAX_REPORT_MBPS)]
+    if "weight" in rep and not (finite_number(rep["weight"])
+                                and REPORT_WEIGHTS[0] <= rep["weight"] <= REPORT_WEIGHTS[1]):
+        bad.append("weight")
+    if rep.get("factor_age_s") is not None and not (finite_number(rep["factor_age_s"])
+                                                    and 0 <= rep["factor_age_s"] <= 1e9):
+        bad.append("factor_age_s")
+    return [f"{', '.join(f'{k} {rep[k]!r:.30}' for k in bad)} out of range"] if bad else []
+
+
 def pair_weight(w_x: float, n_receivers_of_x: int, w_y: float, n_senders_of_y: int) -> float:
     """Eq. 1: w_i = w_x/|X^r| + w_y/|Y^s|."""
     _positive("w_x", w_x)
