@@ -70,7 +70,7 @@ SENDER = textwrap.dedent('''
             s.sendall(b"x" * 20000)
             s.recv(1)
             return t1 - t0, time.monotonic() - t0
-        except OSError as exc:
+        except OSError:
             return None, None
         finally:
             s.close()
