@@ -17,5 +17,20 @@ DSCP_BG = TOS_BG >> 2
 DSCP_WC = TOS_WC >> 2
 NFT_DSCP_BG = "cs0"      # nftables' names of the two DSCP values
 NFT_DSCP_WC = "cs1"
+# How far BG may run ahead of a guarantee, in one place for both enforcers:
+# the host's marker (hostagent/bpf/bwf_mark.bpf.c, a token bucket this
+# deep) and the ToR's meter (apps.prio_queues, the same burst at 1.05 x the
+# rate). 50 ms at the rate, never below two GSO super-packets (2 x 64 KiB):
+# a host releases its BG a whole super-packet at a time, at line rate, and
+# a bucket smaller than one frame drops or demotes every frame of that size.
+BG_BURST_S = 0.050
+BG_BURST_MIN_BYTES = 2 * 65536
+
+
+def bg_burst_bytes(rate_bytes_per_s: float) -> int:
+    """The bucket depth (bytes) for BG at ``rate_bytes_per_s``."""
+    return max(BG_BURST_MIN_BYTES, int(rate_bytes_per_s * BG_BURST_S))
+
+
 QUEUE_BG = 0             # switch queue of BG (and of unclassified, non-IP packets)
 QUEUE_WC = 1

@@ -12,6 +12,9 @@
   and bwf_bgcount (each VM's established BG subflows, kept by bwf_sockops),
   both created on their own: no bwf_wc program uses them, so they would not
   outlive the registering bpftool;
+- ``bwf_mark`` (hostagent/bpf/bwf_mark.bpf.c): the BG marker, pinned with
+  its maps bwf_bgrate and bwf_bgstate; agents attach it to their VMs'
+  egress (tc clsact) and write its buckets;
 - ``bwf_sockops`` (hostagent/bpf/bwf_sockops.bpf.c): picks Reno for an MPTCP
   connection's first (BG) subflow and bwf_wc(_ecn) for its joins (WC), sizes WC's
   send buffer, and paces BG at its share of the VM's guarantee; attached to
@@ -58,7 +61,11 @@ COUPLED_MIN_KERNEL = (6, 2)
 CCSEL_MAP = "bwf_ccsel"
 CCSEL_MAP_SPEC = ["type", "hash", "key", "4", "value", "4", "entries", "4096"]
 SOCKOPS_MAPS = ((PACE_MAP, PACE_MAP_SPEC), (BGCOUNT_MAP, BGCOUNT_MAP_SPEC), (CCSEL_MAP, CCSEL_MAP_SPEC))
-ALL_MAPS = (*MAPS, *COUPLED_MAPS, *(name for name, _ in SOCKOPS_MAPS))   # everything pinned in BPFFS
+# bwf_mark (hostagent/bpf/bwf_mark.bpf.c): the BG marker agents attach to their VMs' egress (tc
+# clsact); pinned with its maps (buckets written by agents, their state kept by the program)
+PIN_MARK = BPFFS / "bwf_mark"
+MARK_MAPS = ("bwf_bgrate", "bwf_bgstate")
+ALL_MAPS = (*MAPS, *COUPLED_MAPS, *(name for name, _ in SOCKOPS_MAPS), *MARK_MAPS)   # everything pinned in BPFFS
 TOOLS = ("clang", "bpftool")
 
 
@@ -97,17 +104,22 @@ def build(extra: dict[str, Path] | None = None) -> dict[str, Path]:
     if not vmlinux.exists():
         vmlinux.write_text(_run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"]))
     from controller import contract
-    defines = [f"-DTOS_WC={contract.TOS_WC:#x}", f"-DTOS_MASK={contract.TOS_MASK:#x}"]
+    from hostagent.plan import BG_PACE_AFTER_BYTES
+    defines = [f"-DTOS_WC={contract.TOS_WC:#x}", f"-DTOS_MASK={contract.TOS_MASK:#x}",
+               f"-DBG_PACE_AFTER={BG_PACE_AFTER_BYTES}"]
     newest_input = Path(contract.__file__).stat().st_mtime
+    stamp = BUILD / "defines"          # objects built with other values are rebuilt
+    changed = not stamp.exists() or stamp.read_text() != " ".join(defines)
     out = {}
-    sources = {name: SRC / f"{name}.bpf.c" for name in ("bwf_wc", "bwf_sockops", "bwf_coupled")}
+    sources = {name: SRC / f"{name}.bpf.c" for name in ("bwf_wc", "bwf_sockops", "bwf_coupled", "bwf_mark")}
     sources.update(extra or {})
     for name, src in sources.items():
         obj = BUILD / f"{name}.bpf.o"
-        if not obj.exists() or obj.stat().st_mtime < max(src.stat().st_mtime, newest_input):
+        if changed or not obj.exists() or obj.stat().st_mtime < max(src.stat().st_mtime, newest_input):
             _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *defines, f"-I{BUILD}", "-c",
                   str(src), "-o", str(obj)])
         out[name] = obj
+    stamp.write_text(" ".join(defines))
     return out
 
 
@@ -173,7 +185,7 @@ def status() -> dict:
     except CcError:
         pass
     return {"cc_registered": cc_registered(), "coupled_registered": coupled_registered(),
-            "sockops_attached": attached,
+            "sockops_attached": attached, "marker_pinned": PIN_MARK.exists(),
             "maps_pinned": [m for m in ALL_MAPS if (BPFFS / m).exists()]}
 
 
@@ -194,7 +206,8 @@ def load() -> dict:
     objs = build()
     _mount_bpffs()
     coupled = coupled_supported() is None
-    stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"], *([objs["bwf_coupled"]] if coupled else []))
+    stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"], objs["bwf_mark"],
+                        *([objs["bwf_coupled"]] if coupled else []))
     # a sock_ops program without one of its maps pinned was loaded by a bwfabric that had no such map
     unpinned = PIN_SOCKOPS.exists() and not all((BPFFS / name).exists() for name, _ in SOCKOPS_MAPS)
     if (_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp or unpinned):
@@ -233,6 +246,12 @@ def load() -> dict:
             _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
                   *(w for name, _ in SOCKOPS_MAPS for w in ("map", "name", name, "pinned", str(BPFFS / name)))])
         _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
+    if not PIN_MARK.exists() or not all((BPFFS / m).exists() for m in MARK_MAPS):
+        for m in (PIN_MARK, *(BPFFS / m for m in MARK_MAPS)):
+            if m.exists():
+                m.unlink()
+        _run(["bpftool", "prog", "load", str(objs["bwf_mark"]), str(PIN_MARK), "type", "classifier",
+              "pinmaps", str(BPFFS)])
     STAMP.write_text(stamp)
     return status()
 
@@ -244,6 +263,8 @@ def unload(wait_s: float = 10.0) -> dict:
         subprocess.run(["bpftool", "cgroup", "detach", str(root), "sock_ops", "pinned", str(PIN_SOCKOPS)],
                        capture_output=True)
         PIN_SOCKOPS.unlink()
+    if PIN_MARK.exists():      # filters that run it keep it loaded until agents detach them
+        PIN_MARK.unlink()
     deadline = time.monotonic() + wait_s
     while _registered():
         for name in sorted(_registered()):

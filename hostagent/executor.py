@@ -21,7 +21,13 @@ what this process last wrote:
   it is not our HTB; a structural change (hose <-> pipe, a destination
   added or removed) keeps every other class and filter as it is;
 - BPF maps: each entry looked up (``bpftool map lookup``) and updated only
-  where it differs.
+  where it differs;
+- the BG marker (bwf_mark on the interface's egress, tc clsact): its
+  buckets are written before it is attached, and it is attached before
+  the HTB's BG class may borrow past the guarantee (and detached only
+  after the class is back at it), so BG is never unlimited in between;
+  a filter running another program than the one pinned (an older build)
+  is replaced.
 
 What a plan touches (devices, table, address) is recorded in the state
 file *before* it is touched, so ``teardown`` (SIGTERM) removes everything,
@@ -263,9 +269,16 @@ class Executor:
             self._mptcp(limits[0], plan.of(P.MptcpEndpoint))
         for table in plan.of(P.NftTable):
             self._nft(table)
+        buckets, markers = plan.of(P.BgBucket), plan.of(P.TcMarker)
+        for b in buckets:                   # the marker's buckets, then the marker, then the classes
+            self._bucket(b)
+        for m in markers:
+            self._marker(m)
         tc = [s for s in plan.steps if isinstance(s, (P.TcQdisc, P.TcClass, P.TcLeaf, P.TcFilter))]
         for dev in sorted({s.dev for s in tc}):
             self._tc(dev, [s for s in tc if s.dev == dev])
+        self._marker_remove(keep={m.dev for m in markers})       # ...and the other way round
+        self._bucket_remove(keep={(b.src, b.dst or "") for b in buckets})
         bpf = plan.of(P.BpfMapSet)
         for step in bpf:
             self._bpf(step)
@@ -308,6 +321,23 @@ class Executor:
             have = self._bpf_lookup(step.map, step.key_ipv4)
             if have != step.value:
                 out.append(f"bpf {step.map}[{step.key_ipv4}] = {have}, planned {step.value}")
+        planned_marks = {m.dev for m in plan.of(P.TcMarker)}
+        for dev in sorted(planned_marks | set(self.touched.get("marker", []))):
+            have = self.marker_prog(dev)
+            if dev in planned_marks and (have is None or have != self._mark_prog_id()):
+                out.append(f"tc {dev} egress marker: program {have}, pinned {self._mark_prog_id()}")
+            elif dev not in planned_marks and have is not None:
+                out.append(f"tc {dev} egress marker present, not planned")
+        planned_buckets = {(b.src, b.dst or ""): b for b in plan.of(P.BgBucket)}
+        for b in planned_buckets.values():
+            have = self._bpf_raw(P.BPF_BUCKET_MAP, b.key())
+            if have != b.value():
+                out.append(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}] = {_bucket_text(have)}, planned "
+                           f"{b.rate_Bps} B/s x {b.depth_bytes} B")
+        for src, dst in self.touched.get("bucket", []):
+            if (src, dst) not in planned_buckets and \
+                    self._bpf_raw(P.BPF_BUCKET_MAP, _bucket_key(src, dst)) is not None:
+                out.append(f"bpf {P.BPF_BUCKET_MAP}[{src}->{dst or 'hose'}] present, not planned")
         for step in plan.of(P.BpfConf):
             have = self._bpf_read(step.map, _index_key(step.index))
             if have != step.value:
@@ -375,6 +405,10 @@ class Executor:
         for m, index in self.touched.get("bpfconf", []):
             if self._bpf_read(m, _index_key(index)) not in (None, 0):
                 out.append(f"bpf {m}[{index}]")
+        out += [f"tc {dev} egress marker" for dev in self.touched.get("marker", [])
+                if self.marker_prog(dev) is not None]
+        out += [f"bpf {P.BPF_BUCKET_MAP}[{src}->{dst or 'hose'}]" for src, dst in self.touched.get("bucket", [])
+                if self._bpf_raw(P.BPF_BUCKET_MAP, _bucket_key(src, dst)) is not None]
         for key, value in self.originals.items():
             try:
                 have = " ".join(self._sysctl_path(key).read_text().split())
@@ -388,7 +422,8 @@ class Executor:
         """Undo everything this executor (or an earlier run with the same
         state file) may have put in force; every part is tried."""
         errors = []
-        for name, fn in (("tc", self._tc_remove), ("nft", self._nft_remove), ("mptcp", self._mptcp_remove),
+        for name, fn in (("tc", self._tc_remove), ("marker", self._marker_remove), ("bucket", self._bucket_remove),
+                         ("nft", self._nft_remove), ("mptcp", self._mptcp_remove),
                          ("bpf", self._bpf_remove), ("bpfconf", self._bpf_conf_reset),
                          ("sysctl", self._sysctl_restore)):
             try:
@@ -648,6 +683,11 @@ class Executor:
 
     def _bpf_read(self, name: str, key_bytes: bytes) -> int | None:
         """The pinned map's value at the key (little-endian), read back; None: no map or no entry."""
+        raw = self._bpf_raw(name, key_bytes)
+        return None if raw is None else int.from_bytes(raw, "little")
+
+    def _bpf_raw(self, name: str, key_bytes: bytes) -> bytes | None:
+        """The pinned map's value at the key, as bytes; None: no map or no entry."""
         pin = self.bpf_pin_dir / name
         if not pin.exists():
             return None
@@ -658,7 +698,7 @@ class Executor:
             return None
         try:
             value = json.loads(res.stdout)["value"]
-            return int.from_bytes(bytes(int(b, 16) for b in value), "little")
+            return bytes(int(b, 16) for b in value)
         except (ValueError, KeyError, TypeError):
             raise ExecError(f"bpftool map lookup {name}: unexpected output {res.stdout[:200]!r}") from None
 
@@ -690,6 +730,86 @@ class Executor:
             self.touched["bpf"].remove(entry)
             self._save()
 
+    # ---- the BG marker (bwf_mark) -----------------------------------------------------------------
+    def _mark_prog_id(self) -> int | None:
+        pin = self.bpf_pin_dir / P.MARK_PROG
+        if not pin.exists():
+            return None
+        res = subprocess.run(["bpftool", "-j", "prog", "show", "pinned", str(pin)], capture_output=True, text=True)
+        try:
+            return int(json.loads(res.stdout)["id"]) if res.returncode == 0 else None
+        except (ValueError, KeyError, TypeError):
+            raise ExecError(f"bpftool prog show {pin}: unexpected output {res.stdout[:200]!r}") from None
+
+    @staticmethod
+    def marker_prog(dev: str) -> int | None:
+        """The id of the program our egress filter runs on ``dev`` (None: no such filter)."""
+        res = subprocess.run(["tc", "filter", "show", "dev", dev, "egress"], capture_output=True, text=True)
+        return parse_marker_filter(res.stdout) if res.returncode == 0 else None
+
+    def _marker(self, step: P.TcMarker) -> None:
+        want = self._mark_prog_id()
+        if want is None:
+            raise ExecError(f"BPF program {self.bpf_pin_dir / P.MARK_PROG} not found: the host's BPF side is not "
+                            "loaded (hostagent.cc.load(), once per machine: `bwfabric agent --load-cc`)")
+        self._touch("marker", step.dev)
+        if self.marker_prog(step.dev) == want:
+            return
+        if "clsact" not in _run(["tc", "qdisc", "show", "dev", step.dev]):
+            self._step(f"tc {step.dev} clsact")
+            _run(["tc", "qdisc", "add", "dev", step.dev, "clsact"])
+        self._step(f"tc {step.dev} egress marker")
+        _run(["tc", "filter", "replace", "dev", step.dev, "egress", "pref", str(P.MARK_PREF), "handle", "1", "bpf",
+              "da", "object-pinned", str(self.bpf_pin_dir / P.MARK_PROG)])
+
+    def _marker_remove(self, keep: set | frozenset = frozenset()) -> None:
+        for dev in list(self.touched.get("marker", [])):
+            if dev in keep:
+                continue
+            if self.marker_prog(dev) is not None:
+                self._step(f"tc {dev} egress marker delete")
+                _run(["tc", "filter", "del", "dev", dev, "egress", "pref", str(P.MARK_PREF)])
+                left = _run(["tc", "filter", "show", "dev", dev, "egress"]) + \
+                    _run(["tc", "filter", "show", "dev", dev, "ingress"])
+                if not left.strip():          # the clsact was ours alone
+                    _run(["tc", "qdisc", "del", "dev", dev, "clsact"])
+            self.touched["marker"].remove(dev)
+            self._save()
+
+    def _bucket(self, b: P.BgBucket) -> None:
+        pin = self.bpf_pin_dir / P.BPF_BUCKET_MAP
+        if not pin.exists():
+            raise ExecError(f"BPF map {pin} not found: the host's BPF side is not loaded "
+                            "(hostagent.cc.load(), once per machine: `bwfabric agent --load-cc`)")
+        self._touch("bucket", [b.src, b.dst or ""])
+        if self._bpf_raw(P.BPF_BUCKET_MAP, b.key()) == b.value():
+            return
+        self._step(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}]")
+        _run(["bpftool", "map", "update", "pinned", str(pin), "key", *map(str, b.key()),
+              "value", *map(str, b.value())])
+
+    def _bucket_remove(self, keep: set | frozenset = frozenset()) -> None:
+        for entry in list(self.touched.get("bucket", [])):
+            src, dst = entry
+            if (src, dst) in keep:
+                continue
+            key = _bucket_key(src, dst)
+            for name in (P.BPF_BUCKET_MAP, P.BPF_BUCKET_STATE):
+                if self._bpf_raw(name, key) is not None:
+                    self._step(f"bpf {name}[{src}->{dst or 'hose'}] delete")
+                    _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / name), "key", *map(str, key)])
+            self.touched["bucket"].remove(entry)
+            self._save()
+
+    def bucket_counters(self, src: str, dst: str | None = None) -> dict[str, int] | None:
+        """Bytes bwf_mark let through as BG, demoted and dropped for a
+        bucket since it was (re)configured; None: none kept."""
+        raw = self._bpf_raw(P.BPF_BUCKET_STATE, _bucket_key(src, dst or ""))
+        if raw is None or len(raw) < 56:
+            return None
+        words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, 56, 8)]
+        return dict(zip(("conform", "demoted", "dropped"), words[3:6]))
+
     def _bpf_conf(self, step: P.BpfConf) -> None:
         pin = self.bpf_pin_dir / step.map
         if not pin.exists():
@@ -714,6 +834,29 @@ class Executor:
                       *[str(b) for b in _index_key(index)], "value", *["0"] * 8])
             self.touched["bpfconf"].remove(entry)
             self._save()
+
+
+_MARKER_FILTER = re.compile(rf"pref {P.MARK_PREF} bpf .*\b{P.MARK_PROG}\b.*direct-action.* id (\d+)")
+
+
+def parse_marker_filter(text: str) -> int | None:
+    """``tc filter show dev X egress`` -> the id of the program our marker
+    filter runs (pref MARK_PREF, bwf_mark, direct action), or None."""
+    for line in text.splitlines():
+        m = _MARKER_FILTER.search(line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _bucket_key(src: str, dst: str) -> bytes:
+    return ipaddress.IPv4Address(src).packed + (ipaddress.IPv4Address(dst).packed if dst else bytes(4))
+
+
+def _bucket_text(raw: bytes | None) -> str:
+    if raw is None or len(raw) != 16:
+        return repr(raw)
+    return f"{int.from_bytes(raw[:8], 'little')} B/s x {int.from_bytes(raw[8:], 'little')} B"
 
 
 def _index_key(index: int) -> bytes:

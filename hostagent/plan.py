@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from apps.lrc.model import LrcParams
+from controller.contract import bg_burst_bytes
 from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG, TOS_MASK, TOS_WC  # noqa: F401 (re-exported)
 from controller.validate import IPv4Address, StrictModel, finite_number
 from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
@@ -64,6 +65,17 @@ MPTCP_CCS = ("bgwc", "lia", "mptcp_d", "lia_vm", "uncoupled")
 # BG is paced a little above its guarantee: the host's HTB is what enforces it
 # (UDP shares the class), the pacing rate tells MPTCP's scheduler what BG drains at
 BG_PACE_HEADROOM = 1.05
+# ...from a BG subflow's first this many bytes acknowledged on (bwf_sockops, compiled in): a
+# short flow is not held to its VM's guarantee by its own pacing -- what goes beyond the VM's
+# bucket is demoted to WC (bwf_mark) and takes spare capacity, as under best effort
+BG_PACE_AFTER_BYTES = 1 << 20
+# the host's marker of BG (hostagent/bpf/bwf_mark.bpf.c, tc clsact egress): its pinned program
+# and its map of buckets (key: source, destination (0: the hose); value: bytes/s, depth in bytes)
+MARK_PROG = "bwf_mark"
+MARK_PREF = 1                    # its filter on the interface's egress
+BPF_BUCKET_MAP = "bwf_bgrate"
+BPF_BUCKET_STATE = "bwf_bgstate"  # tokens and counters per bucket (the program's own)
+MAX_BUCKET_BPS = MAX_NIC_MBPS * 1_000_000
 WC_CC = "bwf_wc"                 # the struct_ops congestion control of WC subflows
 BG_CC = "reno"
 
@@ -106,6 +118,10 @@ class Tuning(_Strict):
     # takes a subflow's pacing rate for its drain rate; unpaced, it keeps
     # picking a full BG and starves WC (see hostagent/bpf/bwf_sockops.bpf.c)
     pace_bg: bool = Field(True, description="pace BG subflows at 1.05 x the guarantee (bwf_sockops)")
+    # BG beyond the VM's guarantee leaves at once as WC (UDP: dropped) instead of waiting at
+    # the guarantee in one FIFO (bwf_mark, see marker_plan)
+    demote_bg: bool = Field(True, description="BG beyond the guarantee's token bucket leaves as WC (TCP) or is "
+                            "dropped (UDP) by bwf_mark, instead of queueing at the guarantee")
     # the coupled controls' parameters (docs/coupled.md), set in bwf_ccconf when a VM of the host uses
     # MPTCP-D or LIA-VM: the map is the kernel's, one per host
     ese: bool = Field(True, description="MPTCP-D closes subflows it finds sharing a bottleneck (extra-subflow "
@@ -382,7 +398,33 @@ class BpfConf:
     value: int
 
 
-Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet | BpfConf
+@dataclass(frozen=True)
+class TcMarker:
+    """bwf_mark on ``dev``'s egress (tc clsact, filter pref MARK_PREF,
+    direct action): BG past its bucket demoted to WC, UDP past it dropped."""
+    dev: str
+
+
+@dataclass(frozen=True)
+class BgBucket:
+    """A token bucket of bwf_mark: BG from ``src`` (to ``dst``; None: the
+    VM's whole hose) conforms up to ``rate_Bps`` bytes/s with
+    ``depth_bytes`` of burst (frame bytes, as the ToR meter counts)."""
+    src: str
+    dst: str | None
+    rate_Bps: int
+    depth_bytes: int
+
+    def key(self) -> bytes:
+        return ipaddress.IPv4Address(self.src).packed + \
+            (ipaddress.IPv4Address(self.dst).packed if self.dst else bytes(4))
+
+    def value(self) -> bytes:
+        return self.rate_Bps.to_bytes(8, "little") + self.depth_bytes.to_bytes(8, "little")
+
+
+Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet | BpfConf \
+    | TcMarker | BgBucket
 
 
 @dataclass(frozen=True)
@@ -576,11 +618,32 @@ def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None,
                 steps.append(TcClass(dev, wc_id, CLASS_ROOT, wc, wc, 1))
                 steps.append(_leaf(dev, wc_id, nic))
                 steps.append(TcFilter(dev, WC_PAIR_PREF_BASE + slot, wc_mask, wc_id, dst=dst))
-    # the hose limit: all BG of this VM (and BG to unlisted destinations in the pipe model)
-    steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, max(bg, MIN_CLASS_BPS), max(bg, MIN_CLASS_BPS), 0))
+    # the hose limit: all BG of this VM (and BG to unlisted destinations in the pipe model).
+    # With the marker, what reaches the class conforms already: it may borrow up to the NIC,
+    # so that BG waits behind nothing but its own burst
+    hose = max(bg, MIN_CLASS_BPS)
+    steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, hose, max(nic, hose) if marking(cfg) else hose, 0))
     steps.append(_leaf(dev, CLASS_BG, bg))
     steps.append(TcFilter(dev, HOSE_PREF, bg_mask, CLASS_BG))
     return steps
+
+
+def marking(cfg: HostConfig) -> bool:
+    """Whether the VM's BG is held by bwf_mark (its hose; ``demote_bg``).
+    Per-pair limits (the pipe model's, LRC's) stay HTB classes, which LRC
+    moves every round through netlink; with them the hose class stays a
+    FIFO at the guarantee too."""
+    return cfg.demote_bg and not cfg.pair_limits_mbps and cfg.vm.lrc is None
+
+
+def marker_plan(cfg: HostConfig) -> list[TcMarker | BgBucket]:
+    """bwf_mark on the VM's interface and its hose bucket: the guarantee
+    (at least MIN_CLASS_BPS) in bytes/s, as deep as the ToR meter's burst
+    (controller.contract.bg_burst_bytes)."""
+    if not marking(cfg):
+        return []
+    rate = max(int(cfg.guarantee_mbps * 1e6), MIN_CLASS_BPS) // 8
+    return [BgBucket(cfg.address, None, rate, bg_burst_bytes(rate)), TcMarker(cfg.interface)]
 
 
 def bpf_plan(cfg: HostConfig, a_l: float | None = None) -> list[BpfMapSet]:
@@ -612,4 +675,5 @@ def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str,
     that a new plan keeps every remaining destination's class and filter;
     ``lrc_limits``: LRC's pairs and their limits now (see :func:`tc_plan`)."""
     return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg),
-                       *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg, lrc_a_l), *ccconf_plan(cfg)]))
+                       *marker_plan(cfg), *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg, lrc_a_l),
+                       *ccconf_plan(cfg)]))

@@ -37,7 +37,7 @@ port's egress instead. Both back-ends use the queue numbers below.
 
 from __future__ import annotations
 
-from controller import ofmsg
+from controller import contract, ofmsg
 from controller.contract import DSCP_BG, DSCP_WC, QUEUE_BG, QUEUE_WC, TOS_BG, TOS_WC  # noqa: F401 (re-exported)
 from controller.network_view import NetworkView
 from controller.validate import finite_number
@@ -48,18 +48,19 @@ PRIO_KNOWN = PRIO_CLASSIFY + 202
 PRIO_REWRITE = PRIO_CLASSIFY + 201
 PRIO_METERED = PRIO_CLASSIFY + 210
 PRIO_METERED_UDP = PRIO_CLASSIFY + 211
-# Meter burst (kilobits, as OpenFlow counts it for kb/s meters): 50 ms at
-# the guarantee, and never below two GSO super-packets (2 x 64 KiB). A host's
-# HTB releases its BG a whole super-packet at a time, at line rate, so a
-# smaller bucket drops a host that keeps to its guarantee on average (seen:
-# BG dips to half at 25 Mb/s with a 72 KB bucket); a bucket smaller than one
-# frame drops every frame of that size (userspace OVS does exactly that).
-BURST_S = 0.050
-MIN_BURST_KBIT = 2 * 65536 * 8 // 1000
+# Meter burst (kilobits, as OpenFlow counts it for kb/s meters): the host
+# marker's bucket (controller.contract.bg_burst_bytes: 50 ms at the rate,
+# never below two GSO super-packets), so that what a host lets out as BG
+# passes its ToR's meter. A smaller bucket drops a host that keeps to its
+# guarantee on average (seen: BG dips to half at 25 Mb/s with a 72 KB
+# bucket); one smaller than a frame drops every frame of that size
+# (userspace OVS does exactly that).
+BURST_S = contract.BG_BURST_S
+MIN_BURST_KBIT = contract.BG_BURST_MIN_BYTES * 8 // 1000
 
 
 def default_burst_kbit(rate_kbps: int) -> int:
-    return max(MIN_BURST_KBIT, int(rate_kbps * BURST_S))
+    return contract.bg_burst_bytes(rate_kbps * 1000 / 8) * 8 // 1000
 
 
 def classification_entries() -> list[ofmsg.Message]:

@@ -58,7 +58,7 @@ def test_config_errors_name_every_problem():
 
 
 def test_tc_plan_limits_bg_to_the_guarantee_and_leaves_wc_to_the_nic():
-    steps = P.tc_plan(_cfg())
+    steps = P.tc_plan(_cfg(demote_bg=False))
     qdisc = [s for s in steps if isinstance(s, P.TcQdisc)]
     classes = {s.classid: s for s in steps if isinstance(s, P.TcClass)}
     filters = [s for s in steps if isinstance(s, P.TcFilter)]
@@ -71,6 +71,32 @@ def test_tc_plan_limits_bg_to_the_guarantee_and_leaves_wc_to_the_nic():
     # leaf FIFOs take whole GSO super-packets (64 KiB): a shorter one stalls TCP
     leaves = {s.parent: s.limit_bytes for s in steps if isinstance(s, P.TcLeaf)}
     assert set(leaves) == {P.CLASS_BG, P.CLASS_WC} and min(leaves.values()) >= 2 * 65536
+
+
+def test_the_marker_holds_the_hose_so_bg_may_borrow_to_the_nic():
+    cfg = _cfg()
+    marks = P.marker_plan(cfg)
+    # 35 Mb/s in bytes/s, as deep as the ToR meter's burst (50 ms at the rate here)
+    assert marks == [P.BgBucket("10.0.0.1", None, 4_375_000, 218_750), P.TcMarker("s1-eth0")]
+    classes = {s.classid: s for s in P.tc_plan(cfg) if isinstance(s, P.TcClass)}
+    assert classes[P.CLASS_BG].rate_bps == 35_000_000 and classes[P.CLASS_BG].ceil_bps == 100_000_000
+    assert classes[P.CLASS_BG].prio < classes[P.CLASS_WC].prio
+    # small guarantees: two GSO super-packets deep; nothing guaranteed is still a bucket (8 kb/s)
+    assert P.marker_plan(_cfg(guarantee_mbps=0.5))[0] == P.BgBucket("10.0.0.1", None, 62_500, 131_072)
+    assert P.marker_plan(_cfg(guarantee_mbps=0))[0].rate_Bps == P.MIN_CLASS_BPS // 8
+    # the bucket's key and value as bwf_mark reads them: (saddr, daddr) in network order; u64 LE
+    b = P.BgBucket("10.0.0.1", "10.0.0.9", 1, 2)
+    assert b.key() == bytes([10, 0, 0, 1, 10, 0, 0, 9]) and b.value() == (1).to_bytes(8, "little") + \
+        (2).to_bytes(8, "little")
+    assert P.marker_plan(cfg)[0].key() == bytes([10, 0, 0, 1, 0, 0, 0, 0])
+    # off, or per-pair limits (HTB classes LRC moves): no marker, BG held at its rate by HTB
+    for other in (_cfg(demote_bg=False), _cfg(pair_limits_mbps={"10.0.0.5": 10}),
+                  _cfg(lrc={"peers": {"10.0.0.2": {"weight": 1, "guarantee_mbps": 5}}})):
+        assert P.marker_plan(other) == []
+        bg = next(s for s in P.tc_plan(other) if isinstance(s, P.TcClass) and s.classid == P.CLASS_BG)
+        assert bg.ceil_bps == bg.rate_bps
+    # the whole plan puts the bucket and the marker in
+    assert {type(s) for s in P.host_plan(cfg).steps} >= {P.BgBucket, P.TcMarker}
 
 
 def test_tc_plan_pipe_model_adds_per_destination_bg_classes_tried_first():

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bwf_mark: a VM's BG limited at its host by demotion, not by a queue.
+ *
+ * A two-colour marker (a token bucket per VM, RFC 2697's single rate with
+ * one bucket) on the egress of the VM's interface (tc clsact, before the
+ * qdisc): a BG packet (DSCP CS0) that finds tokens for its bytes stays BG;
+ * one that does not is
+ *   - TCP and everything else but UDP: demoted to WC (DSCP CS1, ECN bits
+ *     kept): it leaves at once, in the host's and every switch's low
+ *     priority queue, and takes spare capacity if there is any;
+ *   - UDP: dropped. The switches make every UDP packet BG and meter it at
+ *     the guarantee (apps/prio_queues), so a demoted UDP packet would be
+ *     promoted again at the ToR and spend the meter's tokens that the VM's
+ *     conforming TCP needs.
+ *
+ * What it replaces: the host's HTB class for BG at rate = ceil = the
+ * guarantee, whose FIFO (>= 256 KiB: veth makes 64 KiB GSO packets) held
+ * seconds of the VM's BG at a small guarantee -- a VM's own UDP or long
+ * flows kept its new connections' handshakes waiting 4 s and more
+ * (benchmarks/bg_hol.py: 0 of 3 connections opened in 30 s). With the
+ * marker, BG's class may borrow up to the NIC (what reaches it conforms),
+ * so BG waits behind nothing but its burst, and a short flow beyond its
+ * tokens is not held to the guarantee when the fabric has room.
+ *
+ * The bucket: bwf_bgrate (key: VM IPv4 source and destination -- 0 for
+ * the VM's whole hose -- value: rate in bytes/s and depth in bytes, written
+ * by the agent) and bwf_bgstate (tokens, last refill and the bytes that
+ * conformed, were demoted and were dropped; kept here). Bytes are the
+ * frame's (skb->len at the device: what the switch's meter counts). A
+ * pair entry (source, destination) is used before the hose entry
+ * (source, 0); a packet with neither is left alone. Counting tokens in
+ * byte-nanoseconds keeps the arithmetic exact, and within 64 bits for
+ * any bucket the agent plans (rate <= 5e10 B/s, depth <= 1.8e9 B): a refill
+ * that would overflow the depth fills the bucket instead of multiplying.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char _license[] SEC("license") = "GPL";
+
+#define TC_ACT_OK 0
+#define TC_ACT_SHOT 2
+#define ETH_P_IP 0x0800
+#define IPPROTO_UDP 17
+#define ETH_HLEN 14
+#define IP_TOS_OFF (ETH_HLEN + 1)
+#define IP_CSUM_OFF (ETH_HLEN + 10)
+#define NSEC 1000000000ULL
+
+#ifndef TOS_WC
+#define TOS_WC 0x20
+#endif
+#ifndef TOS_MASK
+#define TOS_MASK 0xfc
+#endif
+
+struct bwf_key {
+	__u32 src;		/* network order, as in the header */
+	__u32 dst;		/* 0: the VM's hose */
+};
+
+struct bwf_rate {
+	__u64 rate;		/* bytes per second */
+	__u64 depth;		/* bytes */
+};
+
+struct bwf_state {
+	struct bpf_spin_lock lock;
+	__u64 tokens_nb;	/* byte-nanoseconds */
+	__u64 last_ns;
+	__u64 conform;		/* bytes */
+	__u64 demoted;
+	__u64 dropped;
+	__u64 rate;		/* the rate and depth the tokens were counted for: */
+	__u64 depth;		/* a changed entry starts a full bucket */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct bwf_key);
+	__type(value, struct bwf_rate);
+} bwf_bgrate SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct bwf_key);
+	__type(value, struct bwf_state);
+} bwf_bgstate SEC(".maps");
+
+/* 0: conforms, 1: does not */
+static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64 len)
+{
+	struct bwf_state *st = bpf_map_lookup_elem(&bwf_bgstate, key), fresh = {};
+	__u64 now = bpf_ktime_get_ns(), gap, depth_nb, cost;
+	int over = 0;
+
+	if (!st) {
+		fresh.last_ns = now;
+		fresh.rate = cfg->rate;
+		fresh.depth = cfg->depth;
+		fresh.tokens_nb = cfg->depth * NSEC;
+		bpf_map_update_elem(&bwf_bgstate, key, &fresh, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&bwf_bgstate, key);
+		if (!st)
+			return 0;
+	}
+	/* the agent bounds rate <= 5e10 B/s and depth <= 1.8e9 B (hostagent.plan) */
+	depth_nb = cfg->depth * NSEC;
+	cost = len * NSEC;
+	bpf_spin_lock(&st->lock);
+	if (st->rate != cfg->rate || st->depth != cfg->depth) {
+		st->rate = cfg->rate;
+		st->depth = cfg->depth;
+		st->tokens_nb = depth_nb;
+		st->last_ns = now;
+	}
+	gap = now > st->last_ns ? now - st->last_ns : 0;
+	st->last_ns = now;
+	if (st->tokens_nb > depth_nb)
+		st->tokens_nb = depth_nb;
+	/* gap x rate < depth_nb - tokens < 2^64, or the bucket is full */
+	if (cfg->rate && gap >= (depth_nb - st->tokens_nb) / cfg->rate)
+		st->tokens_nb = depth_nb;
+	else
+		st->tokens_nb += gap * cfg->rate;
+	if (st->tokens_nb >= cost) {
+		st->tokens_nb -= cost;
+		st->conform += len;
+	} else {
+		over = 1;
+	}
+	bpf_spin_unlock(&st->lock);
+	return over;
+}
+
+static __always_inline void count(struct bwf_key *key, int dropped, __u64 len)
+{
+	struct bwf_state *st = bpf_map_lookup_elem(&bwf_bgstate, key);
+
+	if (!st)
+		return;
+	if (dropped)
+		__sync_fetch_and_add(&st->dropped, len);
+	else
+		__sync_fetch_and_add(&st->demoted, len);
+}
+
+SEC("tc")
+int bwf_mark(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + ETH_HLEN;
+	struct bwf_key key;
+	struct bwf_rate *cfg;
+	__u16 old, new;
+	__u8 tos;
+
+	if (skb->protocol != bpf_htons(ETH_P_IP) || (void *)(ip + 1) > end)
+		return TC_ACT_OK;
+	tos = ip->tos;
+	if (tos & TOS_MASK)		/* not BG */
+		return TC_ACT_OK;
+	key.src = ip->saddr;
+	key.dst = ip->daddr;
+	cfg = bpf_map_lookup_elem(&bwf_bgrate, &key);
+	if (!cfg) {
+		key.dst = 0;
+		cfg = bpf_map_lookup_elem(&bwf_bgrate, &key);
+		if (!cfg)
+			return TC_ACT_OK;
+	}
+	if (!take(&key, cfg, skb->len))
+		return TC_ACT_OK;
+	if (ip->protocol == IPPROTO_UDP) {
+		count(&key, 1, skb->len);
+		return TC_ACT_SHOT;
+	}
+	count(&key, 0, skb->len);
+	/* the 16-bit word of version/IHL and ToS, for the checksum */
+	old = bpf_htons(((__u16)(*(__u8 *)ip) << 8) | tos);
+	tos = (tos & ~TOS_MASK) | TOS_WC;
+	new = bpf_htons(((__u16)(*(__u8 *)ip) << 8) | tos);
+	bpf_l3_csum_replace(skb, IP_CSUM_OFF, old, new, 2);
+	bpf_skb_store_bytes(skb, IP_TOS_OFF, &tos, 1, 0);
+	return TC_ACT_OK;
+}

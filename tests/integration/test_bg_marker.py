@@ -1,0 +1,196 @@
+"""bwf_mark, the host's BG marker (issue #32 §2-3), on real namespaces: the
+agent's whole plan in a VM's namespace, its own UDP far over its guarantee,
+and what the peer receives.
+
+Mechanisms asserted (none is a figure machine load can move):
+- the plan is in force as read back (the marker runs the pinned program,
+  the bucket holds the planned rate and depth, BG's HTB class may borrow);
+- UDP past the bucket is dropped at the host: what the peer receives as BG
+  UDP, and what the bucket let through, never exceed rate x time + depth;
+- TCP past the bucket is demoted, not queued: with the VM's UDP flood
+  spending every token, connections still open and finish, and their
+  packets reach the peer as DSCP CS1 (the rewritten checksum is valid, or
+  the peer's kernel would drop them);
+- turning ``demote_bg`` off detaches the marker and puts BG's class back
+  at the guarantee; teardown leaves nothing of ours.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from hostagent import cc
+
+pytestmark = pytest.mark.root
+
+A, B = "10.62.0.1", "10.62.0.2"
+G_MBPS, NIC_MBPS, UDP_MBPS = 0.5, 10.0, 9.0
+
+PEER = textwrap.dedent('''
+    import socket, threading
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("%s", 7000)); srv.listen(64)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("%s", 7001))
+    threading.Thread(target=lambda: [u.recv(65536) for _ in iter(int, 1)], daemon=True).start()
+    print("ready", flush=True)
+    while True:
+        c, _ = srv.accept()
+        n = 0
+        while n < 20000:
+            b = c.recv(65536)
+            if not b:
+                break
+            n += len(b)
+        c.sendall(b"k")
+        c.close()
+''' % (B, B))
+
+COUNTERS = textwrap.dedent('''
+    table ip bwfmt {
+      chain in {
+        type filter hook input priority filter; policy accept;
+        ip saddr %s ip dscp cs0 udp dport 7001 counter
+        ip saddr %s ip dscp cs1 udp dport 7001 counter
+        ip saddr %s ip dscp cs0 tcp dport 7000 counter
+        ip saddr %s ip dscp cs1 tcp dport 7000 counter
+      }
+    }
+''' % (A, A, A, A))
+
+VM = textwrap.dedent('''
+    import json, socket, sys, threading, time
+    from hostagent import plan as P
+    from hostagent.executor import Executor
+    dev, state = sys.argv[1], sys.argv[2]
+    base = {"host": "a", "interface": dev, "address": "%s", "nic_mbps": %r, "guarantee_mbps": %r,
+            "wc_subflows": 1}
+    cfg = P.HostConfig.from_dict(base)
+    plan = P.host_plan(cfg)
+    ex = Executor(state_file=state)
+    out = {"first": ex.apply(plan), "again": ex.apply(plan), "differences": ex.differences(plan),
+           "marker": ex.marker_prog(dev), "pinned": ex._mark_prog_id()}
+    bucket = next(s for s in plan.steps if isinstance(s, P.BgBucket))
+    out["rate"], out["depth"] = bucket.rate_Bps, bucket.depth_bytes
+
+    def transfer():
+        s = socket.socket()
+        s.settimeout(20)
+        try:
+            s.connect(("%s", 7000))
+            s.sendall(b"x" * 20000)
+            return s.recv(1) == b"k"
+        except OSError:
+            return False
+        finally:
+            s.close()
+    stop = threading.Event()
+
+    def flood():
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        gap, nxt = 1400 * 8 / (%r * 1e6), time.monotonic()
+        while not stop.is_set():
+            try:
+                u.sendto(b"u" * 1400, ("%s", 7001))
+            except OSError:
+                pass
+            nxt += gap
+            time.sleep(max(0.0, nxt - time.monotonic()))
+    t0 = time.monotonic()
+    th = threading.Thread(target=flood)
+    th.start()
+    time.sleep(1.0)
+    out["flooded"] = [transfer() for _ in range(3)]
+    time.sleep(0.5)
+    stop.set()
+    th.join()
+    out["elapsed"] = time.monotonic() - t0
+    out["counters"] = ex.bucket_counters("%s")
+    off = P.host_plan(P.HostConfig.from_dict({**base, "demote_bg": False}))
+    ex.apply(off)
+    out["off"] = {"differences": ex.differences(off), "marker": ex.marker_prog(dev),
+                  "bg": next(s for s in off.steps if isinstance(s, P.TcClass) and s.classid == P.CLASS_BG).ceil_bps}
+    out["back_on"] = ex.apply(plan) > 0 and ex.differences(plan) == []
+    ex.teardown()
+    out["clean"] = ex.clean_differences()
+    out["counters_after"] = ex.bucket_counters("%s")
+    print(json.dumps(out))
+''' % (A, NIC_MBPS, G_MBPS, B, UDP_MBPS, B, A, A))
+
+
+def _ns(name, *cmd, **kw):
+    return subprocess.run(["ip", "netns", "exec", name, *cmd], capture_output=True, text=True, **kw)
+
+
+@pytest.fixture
+def vm_and_peer(tmp_path):
+    tag = uuid.uuid4().hex[:5]
+    a, b = f"bwmk-a-{tag}", f"bwmk-b-{tag}"
+    loaded_before = cc.cc_registered()
+    for n in (a, b):
+        subprocess.run(["ip", "netns", "add", n], check=True)
+    try:
+        subprocess.run(["ip", "link", "add", f"mk{tag}", "netns", a, "type", "veth", "peer", "name", f"mp{tag}",
+                        "netns", b], check=True)
+        for n, dev, ip in ((a, f"mk{tag}", A), (b, f"mp{tag}", B)):
+            for cmd in (["ip", "addr", "add", f"{ip}/24", "dev", dev], ["ip", "link", "set", dev, "up"],
+                        ["ip", "link", "set", "lo", "up"], ["ethtool", "-K", dev, "tso", "off", "gso", "off"]):
+                assert _ns(n, *cmd).returncode == 0, cmd
+        cc.load()
+        yield a, b, f"mk{tag}", tmp_path
+    finally:
+        for n in (a, b):
+            subprocess.run(["ip", "netns", "del", n])
+        if not loaded_before:
+            cc.unload()
+
+
+def _counters(ns_name):
+    rules = json.loads(_ns(ns_name, "nft", "-j", "list", "table", "ip", "bwfmt").stdout)["nftables"]
+    out = []
+    for r in rules:
+        for e in r.get("rule", {}).get("expr", []):
+            if "counter" in e:
+                out.append(e["counter"]["bytes"])
+    return dict(zip(("udp_cs0", "udp_cs1", "tcp_cs0", "tcp_cs1"), out))
+
+
+def test_bg_past_the_bucket_is_demoted_or_dropped_never_queued(vm_and_peer):
+    a, b, dev, tmp = vm_and_peer
+    assert _ns(b, "nft", "-f", "-", input=COUNTERS).returncode == 0
+    peer = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", PEER], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert peer.stdout.readline().strip() == "ready"
+        res = _ns(a, sys.executable, "-c", VM, dev, str(tmp / "ex.json"), timeout=180,
+                  cwd=str(cc.SRC.parents[1]))
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+    finally:
+        peer.kill()
+        peer.wait()
+    got = _counters(b)
+    print(json.dumps({"vm": out, "peer": got}, indent=1))
+    # in force as read back
+    assert out["first"] > 0 and out["again"] == 0 and out["differences"] == []
+    assert out["marker"] is not None and out["marker"] == out["pinned"]
+    # UDP past the bucket dropped at the host: what conformed (and what the peer got as BG UDP)
+    # stays within the token bucket's bound over the whole run
+    bound = out["rate"] * out["elapsed"] + out["depth"] + 10_000     # late ACKs
+    c = out["counters"]
+    assert c["dropped"] > 0 and c["conform"] <= bound
+    assert 0 < got["udp_cs0"] <= bound and got["udp_cs1"] == 0
+    # TCP past it demoted, not queued: every connection opened and finished under the flood,
+    # and reached the peer as CS1
+    assert out["flooded"] == [True, True, True]
+    assert c["demoted"] > 0 and got["tcp_cs1"] > 0
+    # off: marker gone, BG held by its class at the guarantee; on again; teardown clean
+    assert out["off"]["differences"] == [] and out["off"]["marker"] is None
+    assert out["off"]["bg"] == int(G_MBPS * 1e6)
+    assert out["back_on"] is True
+    assert out["clean"] == [] and out["counters_after"] is None
+    assert "clsact" not in _ns(a, "tc", "qdisc", "show", "dev", dev).stdout
