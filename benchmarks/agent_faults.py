@@ -80,6 +80,10 @@ def make_bpf_maps(root: Path) -> None:
     for name in (P.BPF_MAP, P.BPF_PACE_MAP):
         subprocess.run(["bpftool", "map", "create", str(root / name), "type", "hash", "key", "4", "value", "8",
                         "entries", "64", "name", name], check=True)
+    # the BG marker, its buckets and their state (the real program: the plan attaches it)
+    from hostagent import cc
+    subprocess.run(["bpftool", "prog", "load", str(cc.build()["bwf_mark"]), str(root / P.MARK_PROG), "type",
+                    "classifier", "pinmaps", str(root)], check=True)
 
 
 def drop_bpf_maps(root: Path) -> None:

@@ -49,8 +49,9 @@ def _rates(tc_text):
 
 
 def test_executor_applies_idempotently_changes_rates_in_place_and_tears_down(netns, tmp_path):
+    # BG held by its HTB class alone (the marker's path: test_bg_marker.py)
     cfg = dict(host="s1", interface="ag0", address="10.9.0.1", nic_mbps=100, guarantee_mbps=35,
-               wc_subflows=2)
+               wc_subflows=2, demote_bg=False)
     res = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", SCRIPT,
                           json.dumps({"cfg": cfg, "state": str(tmp_path / "ex.json")})],
                          capture_output=True, text=True, timeout=60)
