@@ -132,18 +132,19 @@ VM = textwrap.dedent('''
     stop.set(); th.join()
 
     # 2. host queueing of a short flow's writes beside three long flows of the same VM
+    bulks = []
+
     def bulk():
-        s = socket.socket(); s.settimeout(5)
+        s = socket.socket()
+        bulks.append(s)
         try:
             s.connect(("%(B)s", 7000)); s.sendall(bytes(8))
             while not stop.is_set():
                 s.send(b"b" * 65536)
         except OSError:
             pass
-        finally:
-            s.close()
     stop = threading.Event()
-    longs = [threading.Thread(target=bulk) for _ in range(3)]
+    longs = [threading.Thread(target=bulk, daemon=True) for _ in range(3)]
     [t.start() for t in longs]
     time.sleep(3)
     SO_TIMESTAMPING, FLAGS = 37, (1 << 8) | (1 << 1) | (1 << 4) | (1 << 7) | (1 << 11)
@@ -181,7 +182,14 @@ VM = textwrap.dedent('''
             pass
         finally:
             s.close()
-    stop.set(); [t.join() for t in longs]
+    stop.set()
+    for s in bulks:             # a send blocked on a full buffer returns at once
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    [t.join(10) for t in longs]
+    [s.close() for s in bulks]
     out["host_delay_s"] = delays
 
     # 3. idle: flow completion times by size

@@ -119,7 +119,8 @@ def build(extra: dict[str, Path] | None = None) -> dict[str, Path]:
             _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *defines, f"-I{BUILD}", "-c",
                   str(src), "-o", str(obj)])
         out[name] = obj
-    stamp.write_text(" ".join(defines))
+    if changed:       # only then: a read-only tree (the real-guest experiment's) uses what is built
+        stamp.write_text(" ".join(defines))
     return out
 
 
