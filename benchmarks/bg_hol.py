@@ -151,9 +151,9 @@ VM = textwrap.dedent('''
     delays = []
     for _ in range(8):
         s = socket.socket(); s.settimeout(10)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_TIMESTAMPING, FLAGS)
         try:
             s.connect(("%(B)s", 7000))
+            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, FLAGS)   # OPT_ID needs a connected TCP socket
             s.sendall((10 * 1448).to_bytes(8, "big"))
             for _ in range(10):
                 s.sendall(b"s" * 1448)
