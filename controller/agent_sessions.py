@@ -41,7 +41,7 @@ from controller.config import Loaded
 from controller.loops import LoopGuard
 from hostagent.channel import ChannelError, host_key, load_secret
 from hostagent.client import AgentClient
-from hostagent.plan import CLASS_BG, CLASS_WC, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
+from hostagent.plan import CLASS_BG, CLASS_WC, CLASS_YOUNG, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
 from hostagent.transport import FrameError
 
 log = logging.getLogger("bwfabric.agents")
@@ -346,8 +346,8 @@ def is_bg_class(classid: str) -> bool:
 
 
 def is_wc_class(classid: str) -> bool:
-    """The WC class and LRC's per-pair WC ceilings."""
-    return classid == CLASS_WC or in_pair_slots(classid, WC_PAIR_CLASS_BASE)
+    """The WC classes (young flows' and the rest) and LRC's per-pair WC ceilings."""
+    return classid in (CLASS_WC, CLASS_YOUNG) or in_pair_slots(classid, WC_PAIR_CLASS_BASE)
 
 
 def _rate(before: dict, after: dict, dt: float, which) -> float | None:

@@ -134,7 +134,7 @@ def one(cfg: Config, beta: float, tmp: Path) -> dict:
                 dt = now - prev[0]
                 samples.append({"t": round(now, 2),
                                 "bg_mbps": (sent.get("1:10", 0) - prev[1].get("1:10", 0)) * 8 / dt / 1e6,
-                                "wc_mbps": (sent.get("1:20", 0) - prev[1].get("1:20", 0)) * 8 / dt / 1e6,
+                                "wc_mbps": sum(sent.get(c, 0) - prev[1].get(c, 0) for c in ("1:20", "1:21")) * 8 / dt / 1e6,
                                 "rcvbuf": int(rmem[2]) if len(rmem) == 3 else None,
                                 "rtt_ms": rtts})
             prev = (now, sent)

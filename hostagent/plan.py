@@ -41,6 +41,7 @@ CT_MARK_WC = 0x20                 # conntrack mark of WC join subflows (any valu
 MPTCP_ADD_ADDR = 3                # MPTCP option subtype
 TC_HANDLE = "1:"
 CLASS_ROOT, CLASS_BG, CLASS_WC = "1:1", "1:10", "1:20"
+CLASS_YOUNG = "1:21"             # with the marker: WC of flows in their first BG_PACE_AFTER_BYTES (bwf_mark)
 PAIR_CLASS_BASE = 0x100          # pipe model: class 1:<0x100 + slot> per destination
 PAIR_PREF_BASE = 10              # ...and its u32 filter at pref 10 + slot (the hose filter is pref 1000)
 MAX_PAIRS = 512                  # pair slots 0..511: prefs 10..521 stay below the hose filter's 1000
@@ -597,9 +598,15 @@ def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None,
     steps: list[TcQdisc | TcClass | TcFilter] = [
         TcQdisc(dev, TC_HANDLE, CLASS_WC),
         TcClass(dev, CLASS_ROOT, TC_HANDLE, nic, nic, 0),
-        TcClass(dev, CLASS_WC, CLASS_ROOT, wc_rate, nic, 1),
-        _leaf(dev, CLASS_WC, nic),
     ]
+    if marking(cfg):
+        # bwf_mark steers young flows' WC here (skb->priority): WC's share is theirs first, the old
+        # WC class keeps a floor of 1 % and borrows the rest (HTB serves classes within their rate first)
+        steps += [TcClass(dev, CLASS_YOUNG, CLASS_ROOT, wc_rate, nic, 1), _leaf(dev, CLASS_YOUNG, nic),
+                  TcClass(dev, CLASS_WC, CLASS_ROOT, max(nic // 100, MIN_CLASS_BPS), nic, 1)]
+    else:
+        steps.append(TcClass(dev, CLASS_WC, CLASS_ROOT, wc_rate, nic, 1))
+    steps.append(_leaf(dev, CLASS_WC, nic))
     bg_mask = (TOS_BG, TOS_MASK)
     wc_mask = (TOS_WC, TOS_MASK)
     pairs = {d: PairLimit(m) for d, m in cfg.pair_limits_mbps.items()} if lrc_limits is None else lrc_limits

@@ -34,6 +34,16 @@
  * any bucket the agent plans (rate <= 5e10 B/s, depth <= 1.8e9 B): a refill
  * that would overflow the depth fills the bucket instead of multiplying.
  */
+ /*
+ * Young flows first at the host. A packet that leaves as WC (demoted here,
+ * or a WC join's) from a TCP socket that has had fewer than YOUNG_BYTES
+ * acknowledged is steered to the host's "young" HTB class (skb->priority =
+ * 1:YOUNG_MINOR, which HTB takes before its filters): its rate is WC's
+ * whole share, the old WC class's only a floor, so a flow's first bytes
+ * never wait behind its VM's long flows' WC backlog (one FIFO of >= 256 KiB,
+ * 200 ms at 10 Mb/s) -- a least-attained-service approximation with two
+ * levels, as PIAS does in switches. Everything else keeps its priority.
+ */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -48,6 +58,14 @@ char _license[] SEC("license") = "GPL";
 #define IP_TOS_OFF (ETH_HLEN + 1)
 #define IP_CSUM_OFF (ETH_HLEN + 10)
 #define NSEC 1000000000ULL
+
+#ifndef BG_PACE_AFTER
+#define BG_PACE_AFTER (1 << 20)
+#endif
+#define YOUNG_BYTES BG_PACE_AFTER	/* a flow's first MiB: as long as its BG runs unpaced */
+#ifndef YOUNG_CLASS
+#define YOUNG_CLASS 0x10021		/* 1:21 (hostagent.plan.CLASS_YOUNG) */
+#endif
 
 #ifndef TOS_WC
 #define TOS_WC 0x20
@@ -149,6 +167,21 @@ static __always_inline void count(struct bwf_key *key, int dropped, __u64 len)
 		__sync_fetch_and_add(&st->demoted, len);
 }
 
+static __always_inline void steer_young(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct bpf_tcp_sock *tp;
+
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return;
+	tp = bpf_tcp_sock(sk);
+	if (tp && tp->bytes_acked < YOUNG_BYTES)
+		skb->priority = YOUNG_CLASS;
+}
+
 SEC("tc")
 int bwf_mark(struct __sk_buff *skb)
 {
@@ -162,8 +195,11 @@ int bwf_mark(struct __sk_buff *skb)
 	if (skb->protocol != bpf_htons(ETH_P_IP) || (void *)(ip + 1) > end)
 		return TC_ACT_OK;
 	tos = ip->tos;
-	if (tos & TOS_MASK)		/* not BG */
+	if (tos & TOS_MASK) {		/* WC (a join's) or other: not ours to limit */
+		if ((tos & TOS_MASK) == TOS_WC)
+			steer_young(skb);
 		return TC_ACT_OK;
+	}
 	key.src = ip->saddr;
 	key.dst = ip->daddr;
 	cfg = bpf_map_lookup_elem(&bwf_bgrate, &key);
@@ -186,5 +222,6 @@ int bwf_mark(struct __sk_buff *skb)
 	new = bpf_htons(((__u16)(*(__u8 *)ip) << 8) | tos);
 	bpf_l3_csum_replace(skb, IP_CSUM_OFF, old, new, 2);
 	bpf_skb_store_bytes(skb, IP_TOS_OFF, &tos, 1, 0);
+	steer_young(skb);
 	return TC_ACT_OK;
 }

@@ -11,6 +11,7 @@ Mechanisms asserted (none is a figure machine load can move):
   spending every token, connections still open and finish, and their
   packets reach the peer as DSCP CS1 (the rewritten checksum is valid, or
   the peer's kernel would drop them);
+- a young flow's demoted packets go to the young WC class (1:21);
 - turning ``demote_bg`` off detaches the marker and puts BG's class back
   at the guarantee; teardown leaves nothing of ours.
 """
@@ -110,6 +111,7 @@ VM = textwrap.dedent('''
     th.join()
     out["elapsed"] = time.monotonic() - t0
     out["counters"] = ex.bucket_counters("%s")
+    out["class_bytes"] = ex.class_bytes(dev)
     off = P.host_plan(P.HostConfig.from_dict({**base, "demote_bg": False}))
     ex.apply(off)
     out["off"] = {"differences": ex.differences(off), "marker": ex.marker_prog(dev),
@@ -188,6 +190,10 @@ def test_bg_past_the_bucket_is_demoted_or_dropped_never_queued(vm_and_peer):
     # and reached the peer as CS1
     assert out["flooded"] == [True, True, True]
     assert c["demoted"] > 0 and got["tcp_cs1"] > 0
+    # young flows' demoted packets were steered to their own HTB class (skb->priority); the old WC
+    # class gets only what no full socket sent (a closed connection's last ACKs)
+    cb = out["class_bytes"]
+    assert cb["1:21"] >= 0.9 * c["demoted"] and cb["1:20"] < 0.1 * cb["1:21"], (cb, c)
     # off: marker gone, BG held by its class at the guarantee; on again; teardown clean
     assert out["off"]["differences"] == [] and out["off"]["marker"] is None
     assert out["off"]["bg"] == int(G_MBPS * 1e6)

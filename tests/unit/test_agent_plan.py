@@ -81,6 +81,11 @@ def test_the_marker_holds_the_hose_so_bg_may_borrow_to_the_nic():
     classes = {s.classid: s for s in P.tc_plan(cfg) if isinstance(s, P.TcClass)}
     assert classes[P.CLASS_BG].rate_bps == 35_000_000 and classes[P.CLASS_BG].ceil_bps == 100_000_000
     assert classes[P.CLASS_BG].prio < classes[P.CLASS_WC].prio
+    # young flows' WC (bwf_mark steers it) has WC's share; the rest of WC a 1 % floor, borrowing to the NIC
+    young, wc = classes[P.CLASS_YOUNG], classes[P.CLASS_WC]
+    assert (young.rate_bps, young.ceil_bps) == (65_000_000, 100_000_000) and young.prio == wc.prio
+    assert (wc.rate_bps, wc.ceil_bps) == (1_000_000, 100_000_000)
+    assert {s.parent for s in P.tc_plan(cfg) if isinstance(s, P.TcLeaf)} == {P.CLASS_BG, P.CLASS_WC, P.CLASS_YOUNG}
     # small guarantees: two GSO super-packets deep; nothing guaranteed is still a bucket (8 kb/s)
     assert P.marker_plan(_cfg(guarantee_mbps=0.5))[0] == P.BgBucket("10.0.0.1", None, 62_500, 131_072)
     assert P.marker_plan(_cfg(guarantee_mbps=0))[0].rate_Bps == P.MIN_CLASS_BPS // 8
@@ -95,6 +100,7 @@ def test_the_marker_holds_the_hose_so_bg_may_borrow_to_the_nic():
         assert P.marker_plan(other) == []
         bg = next(s for s in P.tc_plan(other) if isinstance(s, P.TcClass) and s.classid == P.CLASS_BG)
         assert bg.ceil_bps == bg.rate_bps
+        assert P.CLASS_YOUNG not in {s.classid for s in P.tc_plan(other) if isinstance(s, P.TcClass)}
     # the whole plan puts the bucket and the marker in
     assert {type(s) for s in P.host_plan(cfg).steps} >= {P.BgBucket, P.TcMarker}
 
