@@ -26,7 +26,7 @@ from experiments.workloads import SizeCdf, open_loop_flows, permutation, stride
 from mininet_topos import builders
 from experiments.options import OptionError
 
-PATTERNS = ("permutation", "stride1", "stride2", "stride4", "stride5", "stride8", "stride10", "many2one")
+PATTERNS = ("permutation", "stride1", "stride2", "stride4", "stride5", "stride8", "stride10", "many2one", "random")
 APPS = ("single_path", "ecmp", "hedera", "lessor")
 
 
@@ -89,6 +89,9 @@ def _pairs(name: str, hosts: list[str], seed: int) -> list[tuple[str, str]]:
         return permutation(hosts, random.Random(seed))
     if name == "many2one":      # every other host to the last one: all limited by its link
         return [(h, hosts[-1]) for h in hosts[:-1]]
+    if name == "random":        # every host to a random other one: some receive two or three (issue #32 §3)
+        rng = random.Random(seed)
+        return [(h, rng.choice([d for d in hosts if d != h])) for h in hosts]
     return stride(hosts, int(name.removeprefix("stride")))
 
 
