@@ -787,6 +787,11 @@ class Executor:
         self._step(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}]")
         _run(["bpftool", "map", "update", "pinned", str(pin), "key", *map(str, b.key()),
               "value", *map(str, b.value())])
+        # a new or changed bucket starts full, with its counters at 0 (not an earlier run's, left
+        # by a process that died before its teardown)
+        if self._bpf_raw(P.BPF_BUCKET_STATE, b.key()) is not None:
+            _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / P.BPF_BUCKET_STATE), "key",
+                  *map(str, b.key())])
 
     def _bucket_remove(self, keep: set | frozenset = frozenset()) -> None:
         for entry in list(self.touched.get("bucket", [])):
