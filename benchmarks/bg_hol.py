@@ -116,17 +116,8 @@ VM = textwrap.dedent('''
             s.close()
     stop = threading.Event()
 
-    def flood():
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        gap, nxt = 1400 * 8 / (udp_mbps * 1e6), time.monotonic()
-        while not stop.is_set():
-            try:
-                u.sendto(b"u" * 1400, ("%(B)s", 7001))
-            except OSError:
-                pass
-            nxt += gap
-            time.sleep(max(0.0, nxt - time.monotonic()))
-    th = threading.Thread(target=flood); th.start()
+    from benchmarks.bg_hol import udp_flood
+    th = threading.Thread(target=udp_flood, args=(("%(B)s", 7001), udp_mbps, stop)); th.start()
     time.sleep(3)
     out["flooded"] = [transfer(20000, timeout=15) for _ in range(3)]
     stop.set(); th.join()
@@ -197,6 +188,22 @@ VM = textwrap.dedent('''
     out["fct"] = {str(n): [transfer(n, 7002, proto)[1] for _ in range(reps)] for n in %(SIZES)r}
     print(json.dumps(out))
 ''' % {"A": A, "B": B, "SIZES": SIZES})
+
+
+def udp_flood(dst: tuple[str, int], mbps: float, stop, size: int = 1400) -> None:
+    """Send ``size``-byte UDP datagrams to ``dst`` at ``mbps`` until ``stop``
+    (a threading.Event) is set: a VM's own UDP, paced by the clock."""
+    import socket
+    import time
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    gap, nxt = size * 8 / (mbps * 1e6), time.monotonic()
+    while not stop.is_set():
+        try:
+            u.sendto(b"u" * size, dst)
+        except OSError:
+            pass
+        nxt += gap
+        time.sleep(max(0.0, nxt - time.monotonic()))
 
 
 def run(mode: str, guarantee: float, udp: float, nic: float, reps: int) -> dict:
