@@ -31,7 +31,7 @@
  * pair entry (source, destination) is used before the hose entry
  * (source, 0); a packet with neither is left alone. Counting tokens in
  * byte-nanoseconds keeps the arithmetic exact, and within 64 bits for
- * any bucket the agent plans (rate <= 5e10 B/s, depth <= 1.8e9 B): a refill
+ * any bucket the agent plans (rate <= 5e10 B/s, depth <= 2.5e9 B): a refill
  * that would overflow the depth fills the bucket instead of multiplying.
  */
  /*
@@ -110,7 +110,8 @@ struct {
 } bwf_bgstate SEC(".maps");
 
 /* 0: conforms, 1: does not */
-static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64 len)
+/* ...and counts the packet's bytes as conformed, or as dropped (``drop``) or demoted */
+static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64 len, int drop)
 {
 	struct bwf_state *st = bpf_map_lookup_elem(&bwf_bgstate, key), fresh = {};
 	__u64 now = bpf_ktime_get_ns(), gap, depth_nb, cost;
@@ -126,7 +127,7 @@ static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64
 		if (!st)
 			return 0;
 	}
-	/* the agent bounds rate <= 5e10 B/s and depth <= 1.8e9 B (hostagent.plan) */
+	/* the agent bounds rate <= 5e10 B/s and depth <= 2.5e9 B (hostagent.plan) */
 	depth_nb = cfg->depth * NSEC;
 	cost = len * NSEC;
 	bpf_spin_lock(&st->lock);
@@ -150,21 +151,13 @@ static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64
 		st->conform += len;
 	} else {
 		over = 1;
+		if (drop)
+			st->dropped += len;
+		else
+			st->demoted += len;
 	}
 	bpf_spin_unlock(&st->lock);
 	return over;
-}
-
-static __always_inline void count(struct bwf_key *key, int dropped, __u64 len)
-{
-	struct bwf_state *st = bpf_map_lookup_elem(&bwf_bgstate, key);
-
-	if (!st)
-		return;
-	if (dropped)
-		__sync_fetch_and_add(&st->dropped, len);
-	else
-		__sync_fetch_and_add(&st->demoted, len);
 }
 
 static __always_inline void steer_young(struct __sk_buff *skb)
@@ -209,13 +202,10 @@ int bwf_mark(struct __sk_buff *skb)
 		if (!cfg)
 			return TC_ACT_OK;
 	}
-	if (!take(&key, cfg, skb->len))
+	if (!take(&key, cfg, skb->len, ip->protocol == IPPROTO_UDP))
 		return TC_ACT_OK;
-	if (ip->protocol == IPPROTO_UDP) {
-		count(&key, 1, skb->len);
+	if (ip->protocol == IPPROTO_UDP)
 		return TC_ACT_SHOT;
-	}
-	count(&key, 0, skb->len);
 	/* the 16-bit word of version/IHL and ToS, for the checksum */
 	old = bpf_htons(((__u16)(*(__u8 *)ip) << 8) | tos);
 	tos = (tos & ~TOS_MASK) | TOS_WC;
