@@ -4,20 +4,34 @@ An over-subscribed FatTree (k=4; 10 Mb/s host links, 5 Mb/s fabric links,
 so each ToR's two uplinks carry 10 Mb/s for two 10 Mb/s hosts) shared by
 three tenants, declared in one configuration with hose guarantees:
 
-- ``analytics`` (4 Mb/s per VM): one long transfer per VM to another pod;
-- ``batch`` (1 Mb/s per VM): aggressive -- UDP at 9 Mb/s plus four TCP
+- ``analytics`` (3 Mb/s per VM): one long transfer per VM to another pod;
+- ``batch`` (0.5 Mb/s per VM): aggressive -- UDP at 9 Mb/s plus four TCP
   connections per VM, to another pod; each batch VM shares its ToR's
   uplinks with an analytics VM;
-- ``web`` (1.5 Mb/s per VM): web-search flows (the DCTCP distribution)
+- ``web`` (1 Mb/s per VM): web-search flows (the DCTCP distribution)
   among its eight VMs on the other ToRs.
 
-The same load runs twice: under **bwfabric** (LESSOR, BG/WC queues, ToR
-meters, host agents configured by the controller from the declared
-tenants) and under **ECMP without guarantees** (plain FIFOs, no agents).
-Printed per tenant: its guarantee against what it achieved -- the lowest
-rate of any of its VMs over any 1 s window while it was backlogged, and
-the mean -- the web tenant's flow completion times, and the backlogged
-tenants' aggregate against what the fabric can carry for them.
+The same load runs under three schemes, ``reps`` times each (the same web
+flows for every scheme of a repetition):
+
+- **best effort**: ECMP, plain FIFOs, no agents -- what a fabric without
+  bwfabric does;
+- **static reservation**: every VM limited at its host to its guarantee,
+  one subflow, no work conservation (seed 000's BGOnly, seed 001's
+  reservation) -- the guarantee bought by wasting what others leave idle;
+- **bwfabric**: LESSOR, BG/WC queues, ToR meters, host agents configured by
+  the controller from the declared tenants (and LRC in combined mode with
+  ``lrc=true``).
+
+Printed per tenant, as median [lowest-highest] over the repetitions: the
+lowest rate of any of its VMs over any 1 s window after warm-up against
+min(guarantee, demand) (both backlogged tenants' demand exceeds their
+guarantee), and the mean; the web tenant's short-flow completion times
+(p50, p99) and mean slowdown against line rate; the backlogged tenants'
+aggregate against the max-min ideal of their offered load on this
+topology; and the emulation's load against what userspace OVS carries here.
+Then whether bwfabric is at least as good as the better baseline, row by
+row, in each repetition.
 """
 
 from __future__ import annotations
@@ -29,6 +43,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from controller.network_view import NetworkView
+from controller.maxmin import max_min_fair
 from experiments import configs
 from experiments import results as R
 from experiments.agents import Agents, BpfLoaded, wait_in_force
@@ -48,8 +64,16 @@ WEB = {f"w{i + 1}": h for i, h in enumerate(("h3", "h4", "h7", "h8", "h11", "h12
 # every transfer crosses pods: pod p -> pod p+2
 PEER = {"h1": "h9", "h9": "h1", "h5": "h13", "h13": "h5", "h2": "h10", "h10": "h2", "h6": "h14", "h14": "h6"}
 GUARANTEES = {"analytics": 3.0, "batch": 0.5, "web": 1.0}
+BACKLOGGED = {"analytics": ANALYTICS, "batch": BATCH}
 DATA_PORT, UDP_PORT = 7100, 7200
-SCHEMES = ("bwfabric", "ecmp")
+SCHEMES = ("best-effort", "reservation", "bwfabric")
+LABEL = {"best-effort": "best effort (ECMP)", "reservation": "static reservation", "bwfabric": "bwfabric"}
+BASELINES = ("best-effort", "reservation")
+SHORT_BYTES = 100_000          # the web flows whose completion times are printed
+# acceptance (issue #32): every backlogged VM's lowest 1 s window >= this x min(guarantee, demand),
+# and the aggregate >= this x the max-min ideal
+GUARANTEE_HELD = 0.97
+AGGREGATE_OF_IDEAL = 0.9
 
 
 @dataclass
@@ -63,6 +87,8 @@ class Config:
     sample_s: float = 0.5
     skip_s: float = 5.0            # start-up left out of the per-window minimum
     schemes: tuple[str, ...] = SCHEMES
+    reps: int = 3
+    lrc: bool = False              # bwfabric with LRC in combined mode
     seed: int = 1
     of_port: int = 6653
 
@@ -73,27 +99,61 @@ class Config:
             raise OptionError(f"option schemes: some of {', '.join(SCHEMES)}")
         if not 0 < self.fabric_mbps <= self.link_mbps or not 0 < self.web_load <= 1:
             raise OptionError("options fabric_mbps (0 < fabric <= link) and web_load (0, 1]")
+        if not 1 <= self.reps <= 20:
+            raise OptionError(f"option reps={self.reps}: 1 to 20")
 
 
-def tenants() -> dict:
+def tenants(scheme: str = "bwfabric") -> dict:
+    """The declared tenants. Static reservation: one subflow per connection
+    (no WC), each VM held to its guarantee at its host."""
     def vms(table, g):
         return {vm: {"host": h, "guarantee_mbps": g} for vm, h in table.items()}
-    return {"analytics": {"wc_subflows": 2, "vms": vms(ANALYTICS, GUARANTEES["analytics"])},
-            "batch": {"policy": "equal", "vms": vms(BATCH, GUARANTEES["batch"])},
-            "web": {"vms": vms(WEB, GUARANTEES["web"])}}
+    out = {"analytics": {"wc_subflows": 2, "vms": vms(ANALYTICS, GUARANTEES["analytics"])},
+           "batch": {"policy": "equal", "vms": vms(BATCH, GUARANTEES["batch"])},
+           "web": {"vms": vms(WEB, GUARANTEES["web"])}}
+    if scheme == "reservation":
+        for t in out.values():
+            t["wc_subflows"] = 0
+    return out
 
 
 def write_config(cfg: Config, workdir: Path, scheme: str) -> Path:
     topo_file = workdir.parent / "topology.json"
-    if scheme == "ecmp":
+    if scheme == "best-effort":
         return configs.write(workdir / "bwfabric.yaml", topo_file, "ecmp", cfg.of_port)
+    defaults = {"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10}
+    common = dict(tenants=tenants(scheme), agents_dir=workdir / "agents", api_port=cfg.of_port + 1000)
+    if scheme == "reservation":
+        # the host's BG class at rate = ceil = the guarantee: everything the VM sends waits there
+        return configs.write(workdir / "bwfabric.yaml", topo_file, "ecmp", cfg.of_port,
+                             agent_defaults={**defaults, "demote_bg": False}, **common)
     return configs.write(workdir / "bwfabric.yaml", topo_file, "lessor", cfg.of_port, prio_queues=True,
-                         tenants=tenants(), agents_dir=workdir / "agents", api_port=cfg.of_port + 1000,
-                         agent_defaults={"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10},
-                         lessor={"polling": {"initial_s": 1.0, "min_s": 0.5}})
+                         agent_defaults=defaults, lessor={"polling": {"initial_s": 1.0, "min_s": 0.5}},
+                         lrc={"enabled": True, "mode": "combined"} if cfg.lrc else None, **common)
 
 
-def _load(fab: Fabric, cfg: Config, workdir: Path) -> dict:
+def max_min_ideal(topo) -> dict[str, float]:
+    """Each backlogged sender's max-min fair rate (Mb/s) on this topology
+    if its transfer could use every shortest path to its peer (one elastic
+    subflow per path): the best any scheme could give the offered load.
+    The web tenant's load (3 Mb/s per web VM on average) is left out: its
+    ToRs are not the mixed ones, and it adds at most 6 Mb/s per pod on the
+    pod's 20 Mb/s to the core."""
+    view = NetworkView(topo)
+    senders, links = [], []
+    for table in BACKLOGGED.values():
+        for s in table.values():
+            for path in view.equal_cost_paths(s, PEER[s]):
+                senders.append(s)
+                links.append(view.path_links(path))
+    cap = {(u, v): view.capacity(u, v) / 1e6 for u, v in view.graph.edges}
+    out: dict[str, float] = {}
+    for s, r in zip(senders, max_min_fair(links, cap)):
+        out[s] = out.get(s, 0.0) + r
+    return out
+
+
+def _load(fab: Fabric, cfg: Config, workdir: Path, seed: int) -> dict:
     """Start every tenant's traffic, measure, stop. Returns per-sender rates
     (Mb/s per sample) and the web flows."""
     py = [sys.executable, "-m", "experiments.flowgen"]
@@ -105,7 +165,7 @@ def _load(fab: Fabric, cfg: Config, workdir: Path) -> dict:
     time.sleep(1.0)
     meter = Meter(fab, [PEER[s] for s in senders], cfg.sample_s, senders=senders).start()
     web_flows = open_loop_flows(list(WEB.values()), SizeCdf.load("websearch"), cfg.web_load, cfg.link_mbps,
-                                cfg.duration - 5, cfg.seed)
+                                cfg.duration - 5, seed)
     web: dict = {}
     web_thread = threading.Thread(target=lambda: web.update(r=run_workload(
         fab, web_flows, cfg.duration - 5, workdir / "web", drain_s=5, mptcp=True)), daemon=True)
@@ -149,25 +209,36 @@ def vm_rates(rates: list[dict], host: str, window_s: float, t_from: float, t_to:
     return min(windows), sum(v for _, v in series) / len(series)
 
 
-def summarise(run: dict, cfg: Config) -> dict:
+def web_stats(flows: list[dict], link_mbps: float) -> dict:
+    """Short flows' (< SHORT_BYTES) completion times, p50 and p99 (ms), and
+    every completed flow's mean slowdown: its completion time over the time
+    its bytes take at line rate."""
+    done = [f for f in flows if f.get("complete")]
+    small = [f["fct"] for f in done if f["size"] < SHORT_BYTES]
+    slow = [f["fct"] / (f["size"] * 8 / (link_mbps * 1e6)) for f in done if f["size"] > 0]
+    return {"flows": len(flows), "completed": len(done), "short_flows": len(small),
+            "small_fct_p50_ms": _ms(R.percentile(small, 50)), "small_fct_p99_ms": _ms(R.percentile(small, 99)),
+            "slowdown_mean": R.mean(slow)}
+
+
+def summarise(run: dict, cfg: Config, ideal: dict[str, float]) -> dict:
     rates, t_to = run["rates"], cfg.duration - 0.5
-    out = {}
-    for name, table in (("analytics", ANALYTICS), ("batch", BATCH)):
+    out: dict = {}
+    for name, table in BACKLOGGED.items():
         per_vm = {vm: vm_rates(rates, h, 1.0, cfg.skip_s, t_to) for vm, h in table.items()}
-        out[name] = {"guarantee_mbps": GUARANTEES[name], "min_1s_mbps": min(m for m, _ in per_vm.values()),
+        # both tenants are backlogged: each VM's demand exceeds its guarantee
+        owed = GUARANTEES[name]
+        out[name] = {"guarantee_mbps": GUARANTEES[name], "owed_mbps": owed,
+                     "min_1s_mbps": min(m for m, _ in per_vm.values()),
+                     "held": min(m for m, _ in per_vm.values()) / owed,
                      "mean_mbps": sum(a for _, a in per_vm.values()) / len(per_vm),
                      "per_vm": {vm: {"min_1s": m, "mean": a} for vm, (m, a) in per_vm.items()}}
     web = run.get("web")
-    flows = web.flows if web is not None else []
-    small = [f["fct"] for f in flows if f.get("complete") and f["size"] < 100_000]
-    out["web"] = {"guarantee_mbps": GUARANTEES["web"], "flows": len(flows),
-                  "completed": sum(1 for f in flows if f.get("complete")),
-                  "small_fct_p50_ms": _ms(R.percentile(small, 50)), "small_fct_p99_ms": _ms(R.percentile(small, 99)),
-                  "fct_mean_ms": _ms(R.mean([f["fct"] for f in flows if f.get("complete")]))}
-    carried = sum(out[t]["mean_mbps"] * 4 for t in ("analytics", "batch"))
-    # each mixed ToR's uplinks (2 x fabric) bound what its two VMs can send; 4 such ToRs
-    ideal = 4 * min(2 * cfg.fabric_mbps, 2 * cfg.link_mbps)
-    out["aggregate"] = {"carried_mbps": carried, "ideal_mbps": ideal, "of_ideal": carried / ideal}
+    out["web"] = {"guarantee_mbps": GUARANTEES["web"], **web_stats(web.flows if web is not None else [],
+                                                                   cfg.link_mbps)}
+    carried = sum(out[t]["mean_mbps"] * len(table) for t, table in BACKLOGGED.items())
+    total_ideal = sum(ideal.values())
+    out["aggregate"] = {"carried_mbps": carried, "ideal_mbps": total_ideal, "of_ideal": carried / total_ideal}
     return out
 
 
@@ -175,50 +246,116 @@ def _ms(s: float | None) -> float | None:
     return None if s is None else s * 1000
 
 
-def run_scheme(cfg: Config, scheme: str, topo, out_dir: Path) -> dict:
+def run_scheme(cfg: Config, scheme: str, topo, out_dir: Path, seed: int) -> dict:
     workdir = out_dir / scheme
     workdir.mkdir(parents=True, exist_ok=True)
     conf = write_config(cfg, workdir, scheme)
     print(f"{scheme}: starting the fabric and the controller", flush=True)
-    if scheme == "ecmp":
+    if scheme == "best-effort":
         with Fabric(topo, of_port=cfg.of_port) as fab, ControllerProcess(conf, workdir / "controller.log"):
             fab.wait_routes(90)
             print(f"{scheme}: {cfg.duration:g} s of traffic", flush=True)
-            return _load(fab, cfg, workdir)
+            return _load(fab, cfg, workdir, seed)
     hosts = [*ANALYTICS.values(), *BATCH.values(), *WEB.values()]
-    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, queues="tc", wc_aqm=True) as fab, \
+    queues = {"queues": "tc", "wc_aqm": True} if scheme == "bwfabric" else {}
+    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, **queues) as fab, \
             Agents(fab, workdir / "agents", hosts), ControllerProcess(conf, workdir / "controller.log"):
         fab.wait_routes(90)
         api = configs.ApiClient.from_config(conf)
         took = wait_in_force(api, hosts, timeout_s=60)
         print(f"{scheme}: every agent configured by the controller ({took:.1f} s); {cfg.duration:g} s of traffic",
               flush=True)
-        got = _load(fab, cfg, workdir)
+        got = _load(fab, cfg, workdir, seed)
         got["metrics"] = api.metrics()
         return got
 
 
+# ---- across repetitions ----------------------------------------------------------------------
+ROWS = (
+    # key, label, value of one run's summary, higher is better
+    ("analytics_held", "analytics: lowest 1 s / g", lambda s: s["analytics"]["held"], True),
+    ("analytics_mean", "analytics: mean Mb/s", lambda s: s["analytics"]["mean_mbps"], True),
+    ("batch_held", "batch: lowest 1 s / g", lambda s: s["batch"]["held"], True),
+    ("batch_mean", "batch: mean Mb/s", lambda s: s["batch"]["mean_mbps"], True),
+    ("web_p50", "web < 100 KB: p50 ms", lambda s: s["web"]["small_fct_p50_ms"], False),
+    ("web_p99", "web < 100 KB: p99 ms", lambda s: s["web"]["small_fct_p99_ms"], False),
+    ("web_slowdown", "web: mean slowdown", lambda s: s["web"]["slowdown_mean"], False),
+    ("aggregate", "aggregate / max-min ideal", lambda s: s["aggregate"]["of_ideal"], True),
+)
+
+
+def spread(values: list) -> dict:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return {"median": None, "low": None, "high": None, "n": 0}
+    return {"median": R.percentile(vals, 50), "low": vals[0], "high": vals[-1], "n": len(vals)}
+
+
+def verdicts(runs: list[dict]) -> list[dict]:
+    """Per repetition (the schemes of one repetition ran the same web
+    flows): each acceptance row, met or not. ``runs``: per repetition,
+    {scheme: summary}; rows whose schemes did not all run are left out."""
+    out = []
+    for i, rep in enumerate(runs):
+        bw = rep.get("bwfabric")
+        if bw is None:
+            continue
+        checks = {}
+        for t in BACKLOGGED:
+            checks[f"{t}: every VM >= {GUARANTEE_HELD} of min(g, demand) in every 1 s window"] = \
+                bw[t]["held"] >= GUARANTEE_HELD
+        be = rep.get("best-effort")
+        if be is not None:
+            for q in ("p50", "p99"):
+                mine, theirs = bw["web"][f"small_fct_{q}_ms"], be["web"][f"small_fct_{q}_ms"]
+                checks[f"web {q} <= best effort's"] = mine is not None and theirs is not None and mine <= theirs
+            checks["aggregate >= best effort's"] = bw["aggregate"]["of_ideal"] >= be["aggregate"]["of_ideal"]
+        checks[f"aggregate >= {AGGREGATE_OF_IDEAL} of the max-min ideal"] = \
+            bw["aggregate"]["of_ideal"] >= AGGREGATE_OF_IDEAL
+        out.append({"rep": i, "checks": checks})
+    return out
+
+
+def envelope(topo, ideal: dict[str, float], web_load: float, link_mbps: float) -> dict:
+    """The emulation's load at the ideal rates (plus the web tenant's
+    offered load, two switches a packet, as a floor) against what userspace
+    OVS carries on this machine (packet-hops/s)."""
+    view = NetworkView(topo)
+    paths = [view.equal_cost_paths(s, PEER[s], limit=1)[0] for s in ideal]
+    hops = R.envelope_pkt_hops(view, paths, list(ideal.values()), 1500)
+    hops += len(WEB) * web_load * link_mbps * 1e6 / (1500 * 8) * 2
+    return {"pkt_hops_per_s": round(hops), "envelope_pkt_hops_per_s": R.ENVELOPE_PKT_HOPS_PER_S,
+            "of_envelope": hops / R.ENVELOPE_PKT_HOPS_PER_S}
+
+
+def _cell(sp: dict, spec: str) -> str:
+    if sp["median"] is None:
+        return "n/a"
+    if sp["n"] == 1:
+        return format(sp["median"], spec)
+    return f"{sp['median']:{spec}} [{sp['low']:{spec}}-{sp['high']:{spec}}]"
+
+
 def table_lines(report: dict) -> list[str]:
-    s = report["summary"]
-    schemes = [k for k in SCHEMES if k in s]
-    label = {"bwfabric": "bwfabric", "ecmp": "ECMP, no guarantees"}
-    lines = [f"{'tenant':<11}{'guarantee':>10}  " + "".join(f"{label[k]:>38}" for k in schemes),
-             f"{'':<11}{'per VM':>10}  " + "".join(f"{'lowest 1 s / mean Mb/s (lowest/g)':>38}" for _ in schemes)]
-    for t in ("analytics", "batch"):
-        cells = []
-        for k in schemes:
-            r = s[k][t]
-            cells.append(f"{r['min_1s_mbps']:.2f} / {r['mean_mbps']:.2f} "
-                         f"({r['min_1s_mbps'] / r['guarantee_mbps']:.2f}x)")
-        lines.append(f"{t:<11}{s[schemes[0]][t]['guarantee_mbps']:>10.1f}  " + "".join(f"{c:>38}" for c in cells))
-    cells = [f"p50 {R.fmt(s[k]['web']['small_fct_p50_ms'], '.0f')} p99 {R.fmt(s[k]['web']['small_fct_p99_ms'], '.0f')} ms"
-             for k in schemes]
-    lines.append(f"{'web':<11}{s[schemes[0]]['web']['guarantee_mbps']:>10.1f}  " + "".join(f"{c:>38}" for c in cells)
-                 + "   (flows < 100 KB: completion time)")
-    cells = [f"{s[k]['aggregate']['carried_mbps']:.1f} of {s[k]['aggregate']['ideal_mbps']:.0f} "
-             f"({s[k]['aggregate']['of_ideal']:.0%})" for k in schemes]
-    lines.append(f"{'aggregate':<11}{'':>10}  " + "".join(f"{c:>38}" for c in cells)
-                 + "   (analytics + batch, Mb/s)")
+    schemes = [k for k in SCHEMES if k in report["spread"]]
+    width = 24
+    lines = [f"{'':<28}" + "".join(f"{LABEL[k]:>{width}}" for k in schemes),
+             f"{'(median [low-high] of ' + str(report['config']['reps']) + ' runs)':<28}"]
+    for key, label, _, _ in ROWS:
+        spec = ".0f" if key in ("web_p50", "web_p99") else ".2f"
+        lines.append(f"{label:<28}" + "".join(f"{_cell(report['spread'][k][key], spec):>{width}}"
+                                               for k in schemes))
+    g = ", ".join(f"{t} {GUARANTEES[t]:g}" for t in GUARANTEES)
+    lines.append(f"guarantees per VM (Mb/s): {g}; max-min ideal of analytics + batch: "
+                 f"{report['ideal_mbps']:.1f} Mb/s; emulation load {report['envelope']['pkt_hops_per_s']} of "
+                 f"~{report['envelope']['envelope_pkt_hops_per_s']} packet-hops/s userspace OVS carries here")
+    if report["verdicts"]:
+        lines.append("")
+        lines.append("bwfabric against the acceptance, per run:")
+        names = list(report["verdicts"][0]["checks"])
+        for n in names:
+            met = [v["checks"].get(n) for v in report["verdicts"]]
+            lines.append(f"  {'met' if all(met) else 'MISSED':<7}{n}: {sum(bool(m) for m in met)} of {len(met)}")
     return lines
 
 
@@ -227,26 +364,39 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    s = report["summary"]
-    schemes = [k for k in SCHEMES if k in s]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
-    tenants_ = ("analytics", "batch")
-    for i, k in enumerate(schemes):
-        xs = [j + i * 0.35 for j in range(len(tenants_))]
-        ax.bar(xs, [s[k][t]["min_1s_mbps"] for t in tenants_], 0.35, label=f"{k}: lowest 1 s (any VM)")
-        ax.scatter(xs, [s[k][t]["mean_mbps"] for t in tenants_], color="k", marker="_", s=300, zorder=3,
-                   label="mean" if i == 0 else None)
-    for j, t in enumerate(tenants_):
-        ax.hlines(GUARANTEES[t], j - 0.2, j + 0.55, colors="r", linestyles=":", label="guarantee" if j == 0 else None)
-    ax.set_xticks([j + 0.175 for j in range(len(tenants_))], tenants_)
-    ax.set_ylabel("Mb/s per VM")
-    ax.legend(fontsize=7, loc="upper center")
-    ax2.bar(schemes, [s[k]["web"]["small_fct_p99_ms"] or 0 for k in schemes])
-    ax2.set_ylabel("web: p99 completion of flows < 100 KB (ms)")
-    fig.suptitle("Same load, same fabric: bwfabric vs ECMP without guarantees")
+    sp = report["spread"]
+    schemes = [k for k in SCHEMES if k in sp]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    width = 0.8 / len(schemes)
+
+    def bars(ax, keys, labels):
+        for i, k in enumerate(schemes):
+            xs = [j + i * width for j in range(len(keys))]
+            med = [sp[k][key]["median"] or 0 for key in keys]
+            err = [[m - (sp[k][key]["low"] or 0) for m, key in zip(med, keys)],
+                   [(sp[k][key]["high"] or 0) - m for m, key in zip(med, keys)]]
+            ax.bar(xs, med, width, yerr=err, capsize=3, label=LABEL[k])
+        ax.set_xticks([j + width * (len(schemes) - 1) / 2 for j in range(len(keys))], labels)
+
+    bars(axes[0], ["analytics_held", "batch_held"], ["analytics", "batch"])
+    axes[0].axhline(GUARANTEE_HELD, color="r", linestyle=":", label=f"{GUARANTEE_HELD} of the guarantee")
+    axes[0].set_ylabel("lowest 1 s window / guarantee (any VM)")
+    axes[0].legend(fontsize=7)
+    bars(axes[1], ["web_p50", "web_p99"], ["p50", "p99"])
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("web: completion of flows < 100 KB (ms)")
+    bars(axes[2], ["aggregate"], ["analytics + batch"])
+    axes[2].axhline(AGGREGATE_OF_IDEAL, color="r", linestyle=":")
+    axes[2].set_ylabel("aggregate / max-min ideal")
+    fig.suptitle(f"Same load, same fabric, {report['config']['reps']} runs (bars: median, whiskers: range)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def aggregate(runs: list[dict], schemes) -> dict:
+    return {k: {key: spread([fn(rep[k]) for rep in runs if k in rep]) for key, _, fn, _ in ROWS}
+            for k in schemes}
 
 
 def run(cfg: Config, out_dir: Path) -> dict:
@@ -254,18 +404,32 @@ def run(cfg: Config, out_dir: Path) -> dict:
     topo = builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps, mtu=1500,
                             queue_bytes=150_000)
     topo.save(out_dir / "topology.json")
-    report: dict = {"config": asdict(cfg), "tenants": tenants(), "summary": {}}
-    for scheme in cfg.schemes:
-        got = run_scheme(cfg, scheme, topo, out_dir)
-        report["summary"][scheme] = summarise(got, cfg)
-        report[f"rates_{scheme}"] = got["rates"]
-        if "metrics" in got:
-            (out_dir / f"metrics-{scheme}.txt").write_text(got["metrics"])
-    R.write_json(out_dir / "results.json", report)
+    ideal = max_min_ideal(topo)
+    report: dict = {"config": asdict(cfg), "tenants": tenants(), "ideal_mbps": sum(ideal.values()),
+                    "ideal_per_sender_mbps": ideal, "envelope": envelope(topo, ideal, cfg.web_load, cfg.link_mbps),
+                    "runs": [], "rates": []}
+    for rep in range(cfg.reps):
+        seed = cfg.seed + rep
+        summaries, rates = {}, {}
+        rep_dir = out_dir / f"run{rep + 1}"
+        rep_dir.mkdir(exist_ok=True)
+        topo.save(rep_dir / "topology.json")
+        for scheme in cfg.schemes:
+            print(f"run {rep + 1} of {cfg.reps}, ", end="", flush=True)
+            got = run_scheme(cfg, scheme, topo, rep_dir, seed)
+            summaries[scheme] = summarise(got, cfg, ideal)
+            rates[scheme] = got["rates"]
+            if "metrics" in got:
+                (rep_dir / f"metrics-{scheme}.txt").write_text(got["metrics"])
+        report["runs"].append(summaries)
+        report["rates"].append(rates)
+        report["spread"] = aggregate(report["runs"], cfg.schemes)
+        report["verdicts"] = verdicts(report["runs"])
+        R.write_json(out_dir / "results.json", report)       # after every repetition: a stopped run keeps its data
     plot(report, out_dir / "results.png")
     print()
     for line in table_lines(report):
         print(line)
     print(f"\nresults: {out_dir / 'results.json'}  plot: {out_dir / 'results.png'}  "
-          f"(bwfabric's /metrics at the end: {out_dir / 'metrics-bwfabric.txt'})")
+          f"(bwfabric's /metrics at the end of each run: {out_dir}/run*/metrics-bwfabric.txt)")
     return report

@@ -11,8 +11,8 @@ from experiments.options import OptionError, parse_options
 
 EXPERIMENTS = {
     # name: (module with Config and run, overrides of its defaults, one-line help)
-    "main": (product, {}, "three tenants on an over-subscribed FatTree k=4: bwfabric vs ECMP without guarantees, "
-             "per tenant guarantee vs achieved"),
+    "main": (product, {}, "three tenants on an over-subscribed FatTree k=4: bwfabric vs best effort vs static "
+             "reservation, 3 runs: guarantees held, short flows' completion, aggregate vs the max-min ideal"),
     "routing": (routing_comparison, {}, "FatTree k=4 10 Mb/s: permutation + web search, single_path vs ecmp"),
     "fidelity": (routing_comparison, routing_comparison.FIDELITY,
                  "single_path stride-4/stride-8/permutation vs the max-min ideal"),

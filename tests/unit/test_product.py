@@ -20,7 +20,83 @@ def test_the_main_jobs_tenants_are_admitted_and_fill_the_mixed_tors(tmp_path):
     rows = {r["cut"]: r for r in admission.headroom(loaded.topology, {h: v.guarantee_mbps for h, (_, _, v) in
                                                                      loaded.vms().items()}, 0.9)}
     assert rows["ToR e0_0 uplinks"]["capacity_mbps"] == 10.0       # two 5 Mb/s uplinks for two 10 Mb/s hosts
-    assert config.load(product.write_config(cfg, tmp_path / "bwfabric", "ecmp")).cfg.tenants == {}
+    assert config.load(product.write_config(cfg, tmp_path / "bwfabric", "best-effort")).cfg.tenants == {}
+
+
+def test_static_reservation_holds_every_vm_to_its_guarantee_with_one_subflow(tmp_path):
+    """The reservation baseline: agents on every VM's host, no WC subflow,
+    BG not demoted (the host's class at rate = ceil = the guarantee)."""
+    from hostagent import plan
+    cfg = product.Config()
+    builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps).save(tmp_path / "topology.json")
+    (tmp_path / "reservation").mkdir()
+    loaded = config.load(product.write_config(cfg, tmp_path / "reservation", "reservation"))
+    assert len(loaded.vms()) == 16 and not loaded.cfg.controller.prio_queues
+    assert all(t.wc_subflows == 0 for t in loaded.cfg.tenants.values())
+    from controller import tenancy
+    hc = tenancy.host_config(loaded, "h1")
+    assert hc.demote_bg is False and hc.wc_subflows == 0 and not plan.marker_plan(hc)
+    classes = {s.classid: s for s in plan.tc_plan(hc) if isinstance(s, plan.TcClass)}
+    assert classes[plan.CLASS_BG].ceil_bps == 3_000_000
+
+
+def test_bwfabric_with_lrc_runs_lrc_in_combined_mode(tmp_path):
+    cfg = product.Config(lrc=True)
+    builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps).save(tmp_path / "topology.json")
+    (tmp_path / "bwfabric").mkdir()
+    loaded = config.load(product.write_config(cfg, tmp_path / "bwfabric", "bwfabric"))
+    assert loaded.cfg.lrc.enabled and loaded.cfg.lrc.mode == "combined"
+    assert not config.load(product.write_config(product.Config(), tmp_path / "bwfabric", "bwfabric")).cfg.lrc.enabled
+
+
+def test_the_max_min_ideal_is_each_mixed_tor_uplinks_shared_by_its_two_senders():
+    """k=4, 5 Mb/s fabric: a mixed ToR's two uplinks (10 Mb/s) shared
+    max-min by its analytics and batch senders, each over its four paths."""
+    topo = builders.fattree(4, link_mbps=10.0, fabric_mbps=5.0)
+    ideal = product.max_min_ideal(topo)
+    assert set(ideal) == {*product.ANALYTICS.values(), *product.BATCH.values()}
+    assert all(r == pytest.approx(5.0) for r in ideal.values())
+    # a faster fabric: the hosts' 10 Mb/s links limit
+    assert sum(product.max_min_ideal(builders.fattree(4, link_mbps=10.0, fabric_mbps=10.0)).values()) == \
+        pytest.approx(80.0)
+
+
+def test_web_stats_p50_p99_and_slowdown_against_line_rate():
+    flows = [{"size": 10_000, "fct": 0.1 * (i + 1), "complete": True} for i in range(10)]
+    flows += [{"size": 1_250_000, "fct": 2.0, "complete": True},      # 1 s at 10 Mb/s: slowdown 2
+              {"size": 50_000, "fct": None, "complete": False}]
+    w = product.web_stats(flows, 10.0)
+    assert w["short_flows"] == 10 and w["completed"] == 11 and w["flows"] == 12
+    assert w["small_fct_p50_ms"] == pytest.approx(550.0)
+    assert w["small_fct_p99_ms"] == pytest.approx(991.0)
+    # 10 KB at 10 Mb/s = 8 ms: slowdowns 12.5, 25, ..., 125, and 2
+    assert w["slowdown_mean"] == pytest.approx((sum(12.5 * (i + 1) for i in range(10)) + 2) / 11)
+
+
+def _summary(held_a, held_b, p50, p99, of_ideal):
+    return {"analytics": {"held": held_a}, "batch": {"held": held_b},
+            "web": {"small_fct_p50_ms": p50, "small_fct_p99_ms": p99}, "aggregate": {"of_ideal": of_ideal}}
+
+
+def test_verdicts_compare_bwfabric_with_the_same_runs_best_effort():
+    runs = [{"bwfabric": _summary(0.98, 1.2, 300, 900, 0.91), "best-effort": _summary(0.0, 9.0, 400, 900, 0.7)},
+            {"bwfabric": _summary(0.96, 1.2, 500, 800, 0.89), "best-effort": _summary(0.0, 9.0, 400, 900, 0.95)}]
+    v = product.verdicts(runs)
+    first, second = v[0]["checks"], v[1]["checks"]
+    assert all(first.values()), first
+    held = [k for k in second if k.startswith("analytics")][0]
+    assert second[held] is False and second[[k for k in second if k.startswith("batch")][0]] is True
+    assert second["web p50 <= best effort's"] is False and second["web p99 <= best effort's"] is True
+    assert second["aggregate >= best effort's"] is False
+    assert second[f"aggregate >= {product.AGGREGATE_OF_IDEAL} of the max-min ideal"] is False
+    # a missing percentile is a miss, not a pass
+    runs[0]["bwfabric"]["web"]["small_fct_p99_ms"] = None
+    assert product.verdicts(runs)[0]["checks"]["web p99 <= best effort's"] is False
+
+
+def test_spread_is_median_and_range_ignoring_missing():
+    assert product.spread([3.0, None, 1.0, 2.0]) == {"median": 2.0, "low": 1.0, "high": 3.0, "n": 3}
+    assert product.spread([None])["median"] is None
 
 
 def test_lowest_window_and_mean_of_a_vm():
@@ -34,6 +110,7 @@ def test_bad_options_are_refused_before_anything_starts(capsys, tmp_path):
     assert registry.run("main", ["web_load=2"], tmp_path) == 2
     assert "web_load" in capsys.readouterr().err
     assert registry.run("main", ["schemes=ospf"], tmp_path) == 2
+    assert registry.run("main", ["reps=0"], tmp_path) == 2
 
 
 def test_a_relative_results_directory_gives_absolute_agent_addresses(tmp_path, monkeypatch):
