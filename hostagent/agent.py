@@ -211,11 +211,13 @@ class Agent:
             moved = [p for p in want if not _close(want[p], self.lrc_in_force[p])]
             if not moved:
                 return "competition" if moved_a_l else "idle"
-            from hostagent.plan import TcClass, tc_plan
+            from hostagent.plan import BgBucket, TcClass, marker_plan, tc_plan
             slots = self.lrc_slots or self.executor.pair_slots(self.config.interface)
             steps = [s for s in tc_plan(self.config, slots, want) if isinstance(s, TcClass) and _pair_class(s.classid)]
+            buckets = [b for b in marker_plan(self.config, want) if isinstance(b, BgBucket) and b.dst is not None]
             try:
                 self.executor.change_rates(steps)
+                self.executor.set_buckets(buckets)
             except ExecError as exc:          # a class is not where it was: the whole plan, read back
                 log.warning("LRC rates: %s; re-applying the configuration", exc)
                 self.lrc_repairs += 1

@@ -782,16 +782,24 @@ class Executor:
             raise ExecError(f"BPF map {pin} not found: the host's BPF side is not loaded "
                             "(hostagent.cc.load(), once per machine: `bwfabric agent --load-cc`)")
         self._touch("bucket", [b.src, b.dst or ""])
-        if self._bpf_raw(P.BPF_BUCKET_MAP, b.key()) == b.value():
+        have = self._bpf_raw(P.BPF_BUCKET_MAP, b.key())
+        if have == b.value():
             return
         self._step(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}]")
         _run(["bpftool", "map", "update", "pinned", str(pin), "key", *map(str, b.key()),
               "value", *map(str, b.value())])
-        # a new or changed bucket starts full, with its counters at 0 (not an earlier run's, left
-        # by a process that died before its teardown)
-        if self._bpf_raw(P.BPF_BUCKET_STATE, b.key()) is not None:
+        # a new bucket starts full, with its counters at 0 (not an earlier run's, left by a process
+        # that died before its teardown); a changed one keeps its tokens (bwf_mark: LRC moves a
+        # pair's rate every round, a full bucket each time would let a burst through)
+        if have is None and self._bpf_raw(P.BPF_BUCKET_STATE, b.key()) is not None:
             _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / P.BPF_BUCKET_STATE), "key",
                   *map(str, b.key())])
+
+    def set_buckets(self, buckets: list[P.BgBucket]) -> None:
+        """LRC's fast path with the marker: the pairs' buckets, written
+        where they differ (each read back first)."""
+        for b in buckets:
+            self._bucket(b)
 
     def _bucket_remove(self, keep: set | frozenset = frozenset()) -> None:
         for entry in list(self.touched.get("bucket", [])):

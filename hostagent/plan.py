@@ -609,16 +609,18 @@ def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None,
     steps.append(_leaf(dev, CLASS_WC, nic))
     bg_mask = (TOS_BG, TOS_MASK)
     wc_mask = (TOS_WC, TOS_MASK)
-    pairs = {d: PairLimit(m) for d, m in cfg.pair_limits_mbps.items()} if lrc_limits is None else lrc_limits
+    pairs = _pairs(cfg, lrc_limits)
+    mark = marking(cfg)
     if pairs:
         slot_of = pair_slots(pairs, slots)
         for dst, lim in sorted(pairs.items(), key=lambda kv: slot_of[kv[0]]):
             slot = slot_of[dst]
-            classid = f"1:{PAIR_CLASS_BASE + slot:x}"
-            rate = max(int(lim.bg_mbps * 1e6), MIN_CLASS_BPS)
-            steps.append(TcClass(dev, classid, CLASS_ROOT, rate, rate, 0))
-            steps.append(_leaf(dev, classid, nic if lrc_limits is not None else rate))
-            steps.append(TcFilter(dev, PAIR_PREF_BASE + slot, bg_mask, classid, dst=dst))
+            if not mark:        # with the marker a pair's BG is its bucket (marker_plan), not a class
+                classid = f"1:{PAIR_CLASS_BASE + slot:x}"
+                rate = max(int(lim.bg_mbps * 1e6), MIN_CLASS_BPS)
+                steps.append(TcClass(dev, classid, CLASS_ROOT, rate, rate, 0))
+                steps.append(_leaf(dev, classid, nic if lrc_limits is not None else rate))
+                steps.append(TcFilter(dev, PAIR_PREF_BASE + slot, bg_mask, classid, dst=dst))
             if lim.wc_mbps is not None:
                 wc_id = f"1:{WC_PAIR_CLASS_BASE + slot:x}"
                 wc = max(int(lim.wc_mbps * 1e6), MIN_CLASS_BPS)
@@ -629,28 +631,43 @@ def tc_plan(cfg: HostConfig, slots: dict[str, int] | None = None,
     # With the marker, what reaches the class conforms already: it may borrow up to the NIC,
     # so that BG waits behind nothing but its own burst
     hose = max(bg, MIN_CLASS_BPS)
-    steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, hose, max(nic, hose) if marking(cfg) else hose, 0))
+    steps.append(TcClass(dev, CLASS_BG, CLASS_ROOT, hose, max(nic, hose) if mark else hose, 0))
     steps.append(_leaf(dev, CLASS_BG, bg))
     steps.append(TcFilter(dev, HOSE_PREF, bg_mask, CLASS_BG))
     return steps
 
 
+def _pairs(cfg: HostConfig, lrc_limits: dict[str, PairLimit] | None) -> dict[str, PairLimit]:
+    """The VM-pairs with their own BG limit: LRC's open pairs, or the pipe model's."""
+    if lrc_limits is not None:
+        return lrc_limits
+    return {d: PairLimit(m) for d, m in cfg.pair_limits_mbps.items()}
+
+
 def marking(cfg: HostConfig) -> bool:
-    """Whether the VM's BG is held by bwf_mark (its hose; ``demote_bg``).
-    Per-pair limits (the pipe model's, LRC's) stay HTB classes, which LRC
-    moves every round through netlink; with them the hose class stays a
-    FIFO at the guarantee too."""
-    return cfg.demote_bg and not cfg.pair_limits_mbps and cfg.vm.lrc is None
+    """Whether the VM's BG is held by bwf_mark (``demote_bg``): its hose
+    and each VM-pair's limit (the pipe model's, LRC's) are token buckets;
+    without it, HTB classes at those rates."""
+    return cfg.demote_bg
 
 
-def marker_plan(cfg: HostConfig) -> list[TcMarker | BgBucket]:
-    """bwf_mark on the VM's interface and its hose bucket: the guarantee
-    (at least MIN_CLASS_BPS) in bytes/s, as deep as the ToR meter's burst
-    (controller.contract.bg_burst_bytes)."""
+def _bucket(src: str, dst: str | None, mbps: float) -> "BgBucket":
+    rate = max(int(mbps * 1e6), MIN_CLASS_BPS) // 8
+    return BgBucket(src, dst, rate, bg_burst_bytes(rate))
+
+
+def marker_plan(cfg: HostConfig, lrc_limits: dict[str, PairLimit] | None = None) -> list[TcMarker | BgBucket]:
+    """bwf_mark on the VM's interface, its hose bucket and a bucket per
+    VM-pair with a BG limit (``lrc_limits``: LRC's now; else the pipe
+    model's): the rate (at least MIN_CLASS_BPS) in bytes/s, as deep as the
+    ToR meter's burst (controller.contract.bg_burst_bytes). A pair's BG
+    takes its own bucket's tokens only (bwf_mark: the pair entry first)."""
     if not marking(cfg):
         return []
-    rate = max(int(cfg.guarantee_mbps * 1e6), MIN_CLASS_BPS) // 8
-    return [BgBucket(cfg.address, None, rate, bg_burst_bytes(rate)), TcMarker(cfg.interface)]
+    pairs = _pairs(cfg, lrc_limits)
+    return [_bucket(cfg.address, None, cfg.guarantee_mbps),
+            *(_bucket(cfg.address, d, pairs[d].bg_mbps) for d in sorted(pairs, key=ipaddress.IPv4Address)),
+            TcMarker(cfg.interface)]
 
 
 def bpf_plan(cfg: HostConfig, a_l: float | None = None) -> list[BpfMapSet]:
@@ -682,5 +699,5 @@ def host_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None, slots: dict[str,
     that a new plan keeps every remaining destination's class and filter;
     ``lrc_limits``: LRC's pairs and their limits now (see :func:`tc_plan`)."""
     return Plan(tuple([*sysctl_plan(cfg, rcvbuf_bytes), *mptcp_plan(cfg), nft_plan(cfg),
-                       *marker_plan(cfg), *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg, lrc_a_l),
+                       *marker_plan(cfg, lrc_limits), *tc_plan(cfg, slots, lrc_limits), *bpf_plan(cfg, lrc_a_l),
                        *ccconf_plan(cfg)]))

@@ -28,8 +28,9 @@
  * by the agent) and bwf_bgstate (tokens, last refill and the bytes that
  * conformed, were demoted and were dropped; kept here). Bytes are the
  * frame's (skb->len at the device: what the switch's meter counts). A
- * pair entry (source, destination) is used before the hose entry
- * (source, 0); a packet with neither is left alone. Counting tokens in
+ * packet to a destination with a pair entry (source, destination: the
+ * pipe model's or LRC's limit of that VM-pair) must conform to it and then
+ * to the hose entry (source, 0); a packet with neither is left alone. Counting tokens in
  * byte-nanoseconds keeps the arithmetic exact, and within 64 bits for
  * any bucket the agent plans (rate <= 5e10 B/s, depth <= 2.5e9 B): a refill
  * that would overflow the depth fills the bucket instead of multiplying.
@@ -131,12 +132,11 @@ static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64
 	depth_nb = cfg->depth * NSEC;
 	cost = len * NSEC;
 	bpf_spin_lock(&st->lock);
-	if (st->rate != cfg->rate || st->depth != cfg->depth) {
-		st->rate = cfg->rate;
-		st->depth = cfg->depth;
-		st->tokens_nb = depth_nb;
-		st->last_ns = now;
-	}
+	/* a changed rate (LRC moves a pair's every round) keeps the tokens
+	 * there are, within the new depth: a full bucket at every change would
+	 * let a burst through each time */
+	st->rate = cfg->rate;
+	st->depth = cfg->depth;
 	gap = now > st->last_ns ? now - st->last_ns : 0;
 	st->last_ns = now;
 	if (st->tokens_nb > depth_nb)
@@ -184,6 +184,7 @@ int bwf_mark(struct __sk_buff *skb)
 	struct bwf_rate *cfg;
 	__u16 old, new;
 	__u8 tos;
+	int udp;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP) || (void *)(ip + 1) > end)
 		return TC_ACT_OK;
@@ -193,18 +194,22 @@ int bwf_mark(struct __sk_buff *skb)
 			steer_young(skb);
 		return TC_ACT_OK;
 	}
+	udp = ip->protocol == IPPROTO_UDP;
 	key.src = ip->saddr;
 	key.dst = ip->daddr;
 	cfg = bpf_map_lookup_elem(&bwf_bgrate, &key);
-	if (!cfg) {
-		key.dst = 0;
-		cfg = bpf_map_lookup_elem(&bwf_bgrate, &key);
-		if (!cfg)
-			return TC_ACT_OK;
-	}
-	if (!take(&key, cfg, skb->len, ip->protocol == IPPROTO_UDP))
+	/* a pair's BG conforms to its own bucket and then to the VM's hose
+	 * (what the ToR meter polices): the pairs' buckets start full and their
+	 * bursts together must not exceed the hose's. One spin lock at a time:
+	 * a packet the hose refuses has spent its pair's tokens already */
+	if (cfg && take(&key, cfg, skb->len, udp))
+		goto over;
+	key.dst = 0;
+	cfg = bpf_map_lookup_elem(&bwf_bgrate, &key);
+	if (!cfg || !take(&key, cfg, skb->len, udp))
 		return TC_ACT_OK;
-	if (ip->protocol == IPPROTO_UDP)
+over:
+	if (udp)
 		return TC_ACT_SHOT;
 	/* the 16-bit word of version/IHL and ToS, for the checksum */
 	old = bpf_htons(((__u16)(*(__u8 *)ip) << 8) | tos);

@@ -18,8 +18,10 @@ from hostagent import plan as P
 from hostagent.agent import Agent
 from hostagent.executor import ExecError, Executor
 
+# these scenarios exercise the HTB path of per-pair limits (classes in stable slots, moved in place):
+# demote_bg off. The marker's pair buckets: test_bg_marker.py and lrc_pairs(marker=True)
 BASE = dict(host="ns", interface="ag0", address="10.9.0.1", nic_mbps=100, guarantee_mbps=10, wc_subflows=2,
-            join_port_base=10100)
+            join_port_base=10100, demote_bg=False)
 
 
 def sh(*cmd: str) -> str:
@@ -225,11 +227,12 @@ def under_traffic(tmp: Path, phase_s: float = 2.0, offered_mbps: float = 60.0) -
     return {"phases": phases, "end": time.time()}
 
 
-def lrc_pairs(tmp: Path) -> dict:
+def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
     """LRC on a live agent: pairs open from real conntrack entries (UDP to
     two peers), the controller's terms raise v, the WC ceilings follow by
     the rates-only path, pairs close when idle; the kernel read back at
-    every step."""
+    every step. ``marker``: the pairs' BG limits are bwf_mark's buckets
+    (read back from its map), else HTB classes."""
     import socket
 
     from hostagent.executor import read_tc
@@ -240,7 +243,7 @@ def lrc_pairs(tmp: Path) -> dict:
     lrc = {"mode": "combined", "wc": "ceiling", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
            "peers": {"10.9.0.2": {"weight": 1.0, "guarantee_mbps": 40}, "10.9.0.3": {"weight": 3.0,
                                                                                    "guarantee_mbps": 40}}}
-    cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc})
+    cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc, "demote_bg": marker})
     out: dict = {"apply": a._put_with_lrc(cfg)}
     a.config = cfg
 
@@ -248,10 +251,18 @@ def lrc_pairs(tmp: Path) -> dict:
         st = read_tc("ag0")
         return {f"{c >> 16:x}:{c & 0xFFFF:x}": round(k.rate_Bps * 8 / 1e6, 3) for c, k in st.classes.items()}
 
+    def buckets():              # bwf_mark's pair buckets as the kernel has them, Mb/s
+        got = {}
+        for dst in ("10.9.0.2", "10.9.0.3"):
+            raw = a.executor._bpf_raw(P.BPF_BUCKET_MAP, P.BgBucket("10.9.0.1", dst, 0, 0).key())
+            if raw is not None:
+                got[dst] = round(int.from_bytes(raw[:8], "little") * 8 / 1e6, 3)
+        return got
+
     def snap(tag, did):
         st = a.status()
-        out[tag] = {"did": did, "classes": classes(), "in_force": st["in_force"], "differences": st["differences"],
-                    "pairs": st["lrc"]["pairs"]}
+        out[tag] = {"did": did, "classes": classes(), "buckets": buckets(), "in_force": st["in_force"],
+                    "differences": st["differences"], "pairs": st["lrc"]["pairs"]}
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
@@ -299,8 +310,13 @@ def lrc_pairs(tmp: Path) -> dict:
     return out
 
 
+def lrc_pairs_marker(tmp: Path) -> dict:
+    return lrc_pairs(tmp, marker=True)
+
+
 SCENARIOS = {f.__name__: f for f in (first_config_fails, failed_apply_then_repair, structural_changes,
-                                     pair_updates, under_traffic, refused_configs_change_nothing, lrc_pairs)}
+                                     pair_updates, under_traffic, refused_configs_change_nothing, lrc_pairs,
+                                     lrc_pairs_marker)}
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:

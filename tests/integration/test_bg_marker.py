@@ -207,3 +207,94 @@ def test_bg_past_the_bucket_is_demoted_or_dropped_never_queued(vm_and_peer):
     assert out["back_on"] is True
     assert out["clean"] == [] and out["counters_after"] is None
     assert "clsact" not in _ns(a, "tc", "qdisc", "show", "dev", dev).stdout
+
+
+PAIRS_VM = textwrap.dedent('''
+    import json, sys, threading, time
+    from hostagent import plan as P
+    from hostagent.executor import Executor
+    from benchmarks.bg_hol import udp_flood
+    dev, state = sys.argv[1], sys.argv[2]
+    base = {"host": "a", "interface": dev, "address": "%s", "nic_mbps": %r, "guarantee_mbps": %r,
+            "wc_subflows": 1}
+    ex = Executor(state_file=state)
+    out = {}
+
+    def phase(tag, pair_mbps, secs):
+        plan = P.host_plan(P.HostConfig.from_dict({**base, "pair_limits_mbps": {"%s": pair_mbps}}))
+        ex.apply(plan)
+        pair = next(s for s in plan.steps if isinstance(s, P.BgBucket) and s.dst)
+        hose = next(s for s in plan.steps if isinstance(s, P.BgBucket) and not s.dst)
+        before = ex.bucket_counters("%s", "%s"), ex.bucket_counters("%s")
+        stop = threading.Event()
+        t0 = time.monotonic()
+        th = threading.Thread(target=udp_flood, args=(("%s", 7001), %r, stop))
+        th.start()
+        time.sleep(secs)
+        stop.set()
+        th.join()
+        out[tag] = {"differences": ex.differences(plan), "elapsed": time.monotonic() - t0,
+                    "pair": [pair.rate_Bps, pair.depth_bytes], "hose": [hose.rate_Bps, hose.depth_bytes],
+                    "pair_before": before[0], "hose_before": before[1],
+                    "pair_after": ex.bucket_counters("%s", "%s"), "hose_after": ex.bucket_counters("%s")}
+        time.sleep(0.5)         # the last packets arrive before the peer's counters are read
+
+    phase("pair_below_hose", %r, 3.0)
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()        # the peer's counters are read between the phases
+    phase("pair_above_hose", %r, 6.0)
+    ex.teardown()
+    out["clean"] = ex.clean_differences()
+    print(json.dumps(out), flush=True)
+''' % (A, NIC_MBPS, G_MBPS, B, A, B, A, B, UDP_MBPS, A, B, A, 0.1, 5.0))
+
+
+def test_a_pairs_bg_conforms_to_its_bucket_and_then_to_the_hose(vm_and_peer):
+    """The pipe model (and LRC) with the marker: BG to a destination with a
+    pair bucket is bounded by that bucket when it is the smaller, and by
+    the VM's hose when the pair's is larger (the ToR meter polices the
+    hose); a changed pair bucket keeps its counters (its tokens are not
+    refilled: LRC moves pair rates every round). Each bound is one the
+    other bucket alone would break: 0.1 Mb/s x 3 s + depth is about half of
+    what the hose lets through in that time, and the hose's 0.5 x 6 s is
+    far above what the pair's old rate would."""
+    a, b, dev, tmp = vm_and_peer
+    assert _ns(b, "nft", "-f", "-", input=COUNTERS).returncode == 0
+    peer = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", PEER], stdout=subprocess.PIPE,
+                            text=True)
+    vm = None
+    try:
+        assert peer.stdout.readline().strip() == "ready"
+        vm = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, "-c", PAIRS_VM, dev, str(tmp / "ex.json")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=str(cc.SRC.parents[1]))
+        first = json.loads(vm.stdout.readline() or "null")
+        assert first is not None, vm.stderr.read()
+        got1 = _counters(b)
+        vm.stdin.write("\n")
+        vm.stdin.flush()
+        out = json.loads(vm.stdout.readline() or "null")
+        assert out is not None, vm.stderr.read()
+        got2 = _counters(b)
+    finally:
+        for p in (vm, peer):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    print(json.dumps({"vm": out, "peer": [got1, got2]}, indent=1))
+    lo, hi = out["pair_below_hose"], out["pair_above_hose"]
+    assert lo["differences"] == [] and hi["differences"] == []
+    # the pair's bucket (0.1 Mb/s) bounds what arrives as BG, not the hose's 0.5
+    pair_rate, pair_depth = lo["pair"]
+    assert 0 < got1["udp_cs0"] <= pair_rate * lo["elapsed"] + pair_depth + 10_000
+    assert lo["pair_after"]["dropped"] > 0
+    # a pair's bucket of 5 Mb/s: the hose (0.5) bounds it -- and the pair's new rate is in force: at
+    # the old one (0.1) no more than 12.5 kB/s x 6 s + its depth could have arrived
+    hose_rate, hose_depth = hi["hose"]
+    arrived = got2["udp_cs0"] - got1["udp_cs0"]
+    assert 0 < arrived <= hose_rate * hi["elapsed"] + hose_depth + 10_000
+    assert arrived > pair_rate * hi["elapsed"] + pair_depth + 10_000
+    assert hi["hose_after"]["dropped"] > hi["hose_before"]["dropped"]
+    # the pair's bucket was rewritten (0.2 -> 5 Mb/s), not recreated: its counters went on
+    assert hi["pair_before"]["conform"] >= lo["pair_after"]["conform"] > 0
+    assert out["clean"] == []

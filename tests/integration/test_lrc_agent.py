@@ -14,18 +14,32 @@ pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_lrc_pairs_classes_and_fast_path_on_a_live_agent(netns):
+@pytest.mark.parametrize("marker", [False, True], ids=["htb", "bwf_mark"])
+def test_lrc_pairs_classes_and_fast_path_on_a_live_agent(netns, marker):
+    """``htb``: each pair's BG is an HTB class (1:100 + slot); ``bwf_mark``
+    (the default): a bucket of the marker keyed (source, pair), moved by
+    the same rates-only path. WC ceilings are HTB classes (1:300 + slot)
+    either way."""
     res = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "tests.integration.agent_scenarios",
-                          "lrc_pairs"], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          "lrc_pairs_marker" if marker else "lrc_pairs"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
-    # no traffic: no pair classes
-    assert out["quiet"]["did"] == "idle" and "1:100" not in out["quiet"]["classes"]
+
+    def bg(snap, dst, slot):
+        """The pair's BG limit in force (Mb/s), wherever this mode keeps it; and that the other place is empty."""
+        if marker:
+            assert f"1:{0x100 + slot:x}" not in snap["classes"]
+            return snap["buckets"].get(dst)
+        assert dst not in snap["buckets"]
+        return snap["classes"].get(f"1:{0x100 + slot:x}")
+
+    # no traffic: no pairs
+    assert out["quiet"]["did"] == "idle" and bg(out["quiet"], "10.9.0.2", 0) is None
     # UDP to .2: its pair opens; alone, its guarantee is the whole hose (40), WC ceiling nothing yet
     one = out["one_pair"]
     assert one["did"] == "pairs" and one["in_force"], one
-    assert one["classes"]["1:100"] == pytest.approx(40, rel=0.01)
+    assert bg(one, "10.9.0.2", 0) == pytest.approx(40, rel=0.01)
     assert one["classes"]["1:300"] == pytest.approx(0.008, abs=0.001)
     assert set(out["rates_reply"]["pairs"]) == {"10.9.0.2"}
     # the factor (r̃ 30, w 2): v = 60 at α·τ_v = 1, so WC = 60 - 40
@@ -35,17 +49,19 @@ def test_lrc_pairs_classes_and_fast_path_on_a_live_agent(netns):
     # .3 opens too: Algorithm 1 splits the hose 1:3 at once (10 and 30)
     two = out["two_pairs"]
     assert two["did"] == "pairs" and two["in_force"], two
-    assert two["classes"]["1:100"] == pytest.approx(10, rel=0.01)
-    assert two["classes"]["1:101"] == pytest.approx(30, rel=0.01)
+    assert bg(two, "10.9.0.2", 0) == pytest.approx(10, rel=0.01)
+    assert bg(two, "10.9.0.3", 1) == pytest.approx(30, rel=0.01)
     # the factor alternates 20/30 every round: rates only, and the kernel agrees at the end
     assert set(out["update_did"]) <= {"rates", "idle"} and out["update_did"].count("rates") >= 90
     assert out["repairs"] == 0
     after = out["after_updates"]
     assert after["in_force"], after["differences"]
     ms = out["update_ms"]
-    print(f"LRC rates-only round: median {ms[len(ms) // 2]:.2f} ms, p90 {ms[int(len(ms) * 0.9)]:.2f} ms")
-    # idle for longer than pair_idle_s: both pairs close, their classes go
+    print(f"LRC rates-only round ({'bwf_mark' if marker else 'htb'}): median {ms[len(ms) // 2]:.2f} ms, "
+          f"p90 {ms[int(len(ms) * 0.9)]:.2f} ms")
+    # idle for longer than pair_idle_s: both pairs close, their classes and buckets go
     idle = out["idle"]
     assert idle["did"] == "pairs" and idle["in_force"] and idle["pairs"] == {}
     assert not any(c.startswith(("1:1", "1:3")) and len(c) == 5 for c in idle["classes"]), idle["classes"]
+    assert idle["buckets"] == {}
     assert out["clean"] == []

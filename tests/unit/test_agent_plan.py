@@ -94,24 +94,50 @@ def test_the_marker_holds_the_hose_so_bg_may_borrow_to_the_nic():
     assert b.key() == bytes([10, 0, 0, 1, 10, 0, 0, 9]) and b.value() == (1).to_bytes(8, "little") + \
         (2).to_bytes(8, "little")
     assert P.marker_plan(cfg)[0].key() == bytes([10, 0, 0, 1, 0, 0, 0, 0])
-    # off, or per-pair limits (HTB classes LRC moves): no marker, BG held at its rate by HTB
-    for other in (_cfg(demote_bg=False), _cfg(pair_limits_mbps={"10.0.0.5": 10}),
-                  _cfg(lrc={"peers": {"10.0.0.2": {"weight": 1, "guarantee_mbps": 5}}})):
-        assert P.marker_plan(other) == []
-        bg = next(s for s in P.tc_plan(other) if isinstance(s, P.TcClass) and s.classid == P.CLASS_BG)
-        assert bg.ceil_bps == bg.rate_bps
-        assert P.CLASS_YOUNG not in {s.classid for s in P.tc_plan(other) if isinstance(s, P.TcClass)}
+    # off: no marker, BG held at its rate by HTB
+    other = _cfg(demote_bg=False)
+    assert P.marker_plan(other) == []
+    bg = next(s for s in P.tc_plan(other) if isinstance(s, P.TcClass) and s.classid == P.CLASS_BG)
+    assert bg.ceil_bps == bg.rate_bps
+    assert P.CLASS_YOUNG not in {s.classid for s in P.tc_plan(other) if isinstance(s, P.TcClass)}
     # the whole plan puts the bucket and the marker in
     assert {type(s) for s in P.host_plan(cfg).steps} >= {P.BgBucket, P.TcMarker}
 
 
 def test_tc_plan_pipe_model_adds_per_destination_bg_classes_tried_first():
-    steps = P.tc_plan(_cfg(pair_limits_mbps={"10.0.0.6": 20, "10.0.0.5": 10}))
+    steps = P.tc_plan(_cfg(pair_limits_mbps={"10.0.0.6": 20, "10.0.0.5": 10}, demote_bg=False))
     filters = sorted((s for s in steps if isinstance(s, P.TcFilter)), key=lambda f: f.pref)
     assert [(f.dst, f.target) for f in filters] == [("10.0.0.5", "1:100"), ("10.0.0.6", "1:101"),
                                                     (None, P.CLASS_BG)]
     rates = {s.classid: s.rate_bps for s in steps if isinstance(s, P.TcClass)}
     assert rates["1:100"] == 10_000_000 and rates["1:101"] == 20_000_000
+
+
+def test_with_the_marker_each_pair_is_a_bucket_under_the_hose_not_a_class():
+    """Pipe model and LRC: a pair's BG limit is a bucket of bwf_mark (key
+    source, destination), the hose's bucket first in the plan; no BG class
+    per pair (the hose class borrows to the NIC); LRC's WC ceilings (``wc:
+    ceiling``) stay HTB classes."""
+    cfg = _cfg(pair_limits_mbps={"10.0.0.6": 20, "10.0.0.5": 10})
+    marks = P.marker_plan(cfg)
+    assert marks[0] == P.BgBucket("10.0.0.1", None, 4_375_000, 218_750)
+    assert marks[1:3] == [P.BgBucket("10.0.0.1", "10.0.0.5", 1_250_000, 131_072),
+                          P.BgBucket("10.0.0.1", "10.0.0.6", 2_500_000, 131_072)]
+    assert marks[3] == P.TcMarker("s1-eth0")
+    steps = P.tc_plan(cfg)
+    assert not any(isinstance(s, P.TcClass) and P.in_pair_slots(s.classid, P.PAIR_CLASS_BASE) for s in steps)
+    assert [f.target for f in steps if isinstance(f, P.TcFilter)] == [P.CLASS_BG]
+    bg = next(s for s in steps if isinstance(s, P.TcClass) and s.classid == P.CLASS_BG)
+    assert bg.ceil_bps == 100_000_000
+    # LRC's limits in force, in place of the pipe model's: their BG as buckets, their WC ceilings as classes
+    lrc_cfg = _cfg(lrc={"peers": {"10.0.0.2": {"weight": 1, "guarantee_mbps": 5}}})
+    limits = {"10.0.0.2": P.PairLimit(4.0, 6.0)}
+    assert P.BgBucket("10.0.0.1", "10.0.0.2", 500_000, 131_072) in P.marker_plan(lrc_cfg, limits)
+    classes = {s.classid: s for s in P.tc_plan(lrc_cfg, None, limits) if isinstance(s, P.TcClass)}
+    assert classes[f"1:{P.WC_PAIR_CLASS_BASE:x}"].ceil_bps == 6_000_000
+    assert f"1:{P.PAIR_CLASS_BASE:x}" not in classes
+    assert [b for b in P.host_plan(lrc_cfg, lrc_limits=limits).of(P.BgBucket) if b.dst] == \
+        [P.BgBucket("10.0.0.1", "10.0.0.2", 500_000, 131_072)]
 
 
 def test_nft_plan_marks_joins_wc_and_everything_else_bg():

@@ -109,13 +109,27 @@ def test_bad_factor_values_change_nothing(bad):
     assert h.rates.pairs["10.0.0.2"].r_tilde == 5.0 and h.rates.pairs["10.0.0.2"].received_at == 0.0
 
 
-def _cfg(**vm):
-    return P.HostConfig.from_dict({"settings": {"host": "h1", "interface": "h1-eth0", "address": ME, "nic_mbps": 100},
+def _cfg(demote_bg: bool = True, **vm):
+    return P.HostConfig.from_dict({"settings": {"host": "h1", "interface": "h1-eth0", "address": ME, "nic_mbps": 100,
+                                                "demote_bg": demote_bg},
                                    "vm": {"guarantee_mbps": 40, **vm}})
 
 
-def test_plan_has_a_bg_and_a_wc_class_per_pair_with_stable_leaves():
+def test_with_the_marker_only_bucket_rates_move_between_lrc_plans():
     cfg = _cfg(lrc=policy().model_dump())
+    a = P.host_plan(cfg, None, {}, {"10.0.0.2": P.PairLimit(10, 20), "10.0.0.3": P.PairLimit(30, 0.0)})
+    b = P.host_plan(cfg, None, {"10.0.0.2": 0, "10.0.0.3": 1},
+                    {"10.0.0.2": P.PairLimit(12, 50), "10.0.0.3": P.PairLimit(28, 1)})
+    moved = [(x, y) for x, y in zip(a.steps, b.steps) if x != y]
+    assert len(a.steps) == len(b.steps)
+    assert {type(x) for x, _ in moved} == {P.BgBucket, P.TcClass}
+    assert {(x.dst, y.rate_Bps) for x, y in moved if isinstance(x, P.BgBucket)} == \
+        {("10.0.0.2", 1_500_000), ("10.0.0.3", 3_500_000)}
+    assert all(P.in_pair_slots(x.classid, P.WC_PAIR_CLASS_BASE) for x, _ in moved if isinstance(x, P.TcClass))
+
+
+def test_plan_has_a_bg_and_a_wc_class_per_pair_with_stable_leaves():
+    cfg = _cfg(demote_bg=False, lrc=policy().model_dump())
     a = P.tc_plan(cfg, {}, {"10.0.0.2": P.PairLimit(10, 20), "10.0.0.3": P.PairLimit(30, 0.0)})
     b = P.tc_plan(cfg, {"10.0.0.2": 0, "10.0.0.3": 1}, {"10.0.0.2": P.PairLimit(12, 50), "10.0.0.3": P.PairLimit(28, 1)})
     classes = {s.classid: s for s in a if isinstance(s, P.TcClass)}
@@ -127,7 +141,7 @@ def test_plan_has_a_bg_and_a_wc_class_per_pair_with_stable_leaves():
     # only rates move between the two plans: same classes, filters and leaves
     assert [s for s in a if not isinstance(s, P.TcClass)] == [s for s in b if not isinstance(s, P.TcClass)]
     assert [s.classid for s in a if isinstance(s, P.TcClass)] == [s.classid for s in b if isinstance(s, P.TcClass)]
-    paper = P.tc_plan(_cfg(wc_subflows=0, lrc=policy("paper").model_dump()), {}, {"10.0.0.2": P.PairLimit(60)})
+    paper = P.tc_plan(_cfg(False, wc_subflows=0, lrc=policy("paper").model_dump()), {}, {"10.0.0.2": P.PairLimit(60)})
     assert not any(isinstance(s, P.TcClass) and s.classid.startswith("1:3") for s in paper)
 
 
