@@ -313,6 +313,10 @@ def check_pair_reports(pairs) -> tuple[dict, list[str]]:
     return out, problems
 
 
+# an HTB class id as tc prints it (major:minor, hex): what a status reply's class_bytes are keyed by
+_CLASS_ID = re.compile(r"[0-9a-f]{1,4}:[0-9a-f]{1,4}")
+
+
 def status_problems(reply) -> list[str]:
     """Why an agent's status reply cannot be taken ([] = it can)."""
     if not isinstance(reply, dict):
@@ -325,7 +329,7 @@ def status_problems(reply) -> list[str]:
                             f"{4 * MAX_PAIRS_REPORTED} classes")
         else:
             problems += [f"class_bytes[{c!r:.20}] {n!r:.30}: not a byte count" for c, n in counts.items()
-                         if not (isinstance(c, str) and len(c) <= 16 and isinstance(n, int)
+                         if not (isinstance(c, str) and _CLASS_ID.fullmatch(c) and isinstance(n, int)
                                  and not isinstance(n, bool) and 0 <= n < 2 ** 64)]
     for key in ("generation", "version"):
         v = reply.get(key)

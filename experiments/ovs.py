@@ -154,3 +154,22 @@ def controller_connected(bridge: str) -> bool:
         if st.stdout.strip() == "true":
             return True
     return False
+
+
+_METER = re.compile(r"meter:(\d+) .*?byte_in_count:(\d+).*?bands:\s*0: packet_count:(\d+) byte_count:(\d+)", re.S)
+
+
+def parse_meter_stats(text: str) -> dict[int, dict[str, int]]:
+    """``ovs-ofctl -O OpenFlow13 meter-stats`` -> {meter id: bytes in, and
+    packets and bytes its (drop) band took}."""
+    out = {}
+    for chunk in re.split(r"(?=meter:\d+ )", text):
+        m = _METER.search(chunk)
+        if m:
+            out[int(m.group(1))] = {"bytes_in": int(m.group(2)), "dropped_packets": int(m.group(3)),
+                                    "dropped_bytes": int(m.group(4))}
+    return out
+
+
+def meter_stats(bridge: str) -> dict[int, dict[str, int]]:
+    return parse_meter_stats(_run(["ovs-ofctl", "-O", "OpenFlow13", "meter-stats", bridge], check=False).stdout)

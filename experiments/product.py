@@ -85,6 +85,7 @@ class Config:
     batch_conns: int = 4           # ... and its TCP connections
     web_load: float = 0.3          # web-search load on the web VMs' links
     sample_s: float = 0.5
+    mtu: int = 9000                # jumbo frames: 1/6 of the packets userspace OVS must forward
     skip_s: float = 5.0            # start-up left out of the per-window minimum
     schemes: tuple[str, ...] = SCHEMES
     reps: int = 3
@@ -122,13 +123,17 @@ def write_config(cfg: Config, workdir: Path, scheme: str) -> Path:
     if scheme == "best-effort":
         return configs.write(workdir / "bwfabric.yaml", topo_file, "ecmp", cfg.of_port)
     defaults = {"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10}
-    common = dict(tenants=tenants(scheme), agents_dir=workdir / "agents", api_port=cfg.of_port + 1000)
+    # the controller's polling (LESSOR's flow counters, the port counters) costs the one userspace
+    # OVS process that forwards every packet of the emulation: at 0.5-1 s its CPU was saturated and
+    # the fabric itself queued seconds (BG pings 1.6-2.8 s), whatever the queues' priorities
+    common = dict(tenants=tenants(scheme), agents_dir=workdir / "agents", api_port=cfg.of_port + 1000,
+                  port_stats_s=2.0)
     if scheme == "reservation":
         # the host's BG class at rate = ceil = the guarantee: everything the VM sends waits there
         return configs.write(workdir / "bwfabric.yaml", topo_file, "ecmp", cfg.of_port,
                              agent_defaults={**defaults, "demote_bg": False}, **common)
     return configs.write(workdir / "bwfabric.yaml", topo_file, "lessor", cfg.of_port, prio_queues=True,
-                         agent_defaults=defaults, lessor={"polling": {"initial_s": 1.0, "min_s": 0.5}},
+                         agent_defaults=defaults, lessor={"polling": {"initial_s": 2.0, "min_s": 2.0}},
                          lrc={"enabled": True, "mode": "combined"} if cfg.lrc else None, **common)
 
 
@@ -179,7 +184,7 @@ def _load(fab: Fabric, cfg: Config, workdir: Path, seed: int) -> dict:
             procs.append(fab.host(s).popen(py + ["bulk", "--dst", dst, "--port", str(DATA_PORT), "--duration",
                                                  str(cfg.duration), "--conns", str(cfg.batch_conns), "--mptcp"]))
             procs.append(fab.host(s).popen(["iperf3", "-c", dst, "-p", str(UDP_PORT), "-u", "-b",
-                                            f"{cfg.udp_mbps}M", "-t", str(int(cfg.duration)), "-l", "1400"],
+                                            f"{cfg.udp_mbps}M", "-t", str(int(cfg.duration)), "-l", str(cfg.mtu - 28)],
                                            stdout=subprocess.DEVNULL))
         web_thread.start()
         time.sleep(cfg.duration + 0.5)
@@ -267,7 +272,25 @@ def run_scheme(cfg: Config, scheme: str, topo, out_dir: Path, seed: int) -> dict
               flush=True)
         got = _load(fab, cfg, workdir, seed)
         got["metrics"] = api.metrics()
+        if scheme == "bwfabric":
+            got["meters"] = meter_drops(topo, hosts)
         return got
+
+
+def meter_drops(topo, hosts) -> dict[str, dict[str, int]]:
+    """What each VM's ToR meter (id = the host's port) passed and dropped
+    of its BG, read from the switches."""
+    from experiments.ovs import meter_stats
+    view = NetworkView(topo)
+    per_switch: dict[str, dict] = {}
+    out = {}
+    for h in hosts:
+        sw, port = view.host_switch(h)
+        if sw not in per_switch:
+            per_switch[sw] = meter_stats(sw)
+        if port in per_switch[sw]:
+            out[h] = per_switch[sw][port]
+    return out
 
 
 # ---- across repetitions ----------------------------------------------------------------------
@@ -316,14 +339,14 @@ def verdicts(runs: list[dict]) -> list[dict]:
     return out
 
 
-def envelope(topo, ideal: dict[str, float], web_load: float, link_mbps: float) -> dict:
+def envelope(topo, ideal: dict[str, float], web_load: float, link_mbps: float, mtu: int) -> dict:
     """The emulation's load at the ideal rates (plus the web tenant's
     offered load, two switches a packet, as a floor) against what userspace
     OVS carries on this machine (packet-hops/s)."""
     view = NetworkView(topo)
     paths = [view.equal_cost_paths(s, PEER[s], limit=1)[0] for s in ideal]
-    hops = R.envelope_pkt_hops(view, paths, list(ideal.values()), 1500)
-    hops += len(WEB) * web_load * link_mbps * 1e6 / (1500 * 8) * 2
+    hops = R.envelope_pkt_hops(view, paths, list(ideal.values()), mtu)
+    hops += len(WEB) * web_load * link_mbps * 1e6 / (mtu * 8) * 2
     return {"pkt_hops_per_s": round(hops), "envelope_pkt_hops_per_s": R.ENVELOPE_PKT_HOPS_PER_S,
             "of_envelope": hops / R.ENVELOPE_PKT_HOPS_PER_S}
 
@@ -401,12 +424,12 @@ def aggregate(runs: list[dict], schemes) -> dict:
 
 def run(cfg: Config, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    topo = builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps, mtu=1500,
+    topo = builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps, mtu=cfg.mtu,
                             queue_bytes=150_000)
     topo.save(out_dir / "topology.json")
     ideal = max_min_ideal(topo)
     report: dict = {"config": asdict(cfg), "tenants": tenants(), "ideal_mbps": sum(ideal.values()),
-                    "ideal_per_sender_mbps": ideal, "envelope": envelope(topo, ideal, cfg.web_load, cfg.link_mbps),
+                    "ideal_per_sender_mbps": ideal, "envelope": envelope(topo, ideal, cfg.web_load, cfg.link_mbps, cfg.mtu),
                     "runs": [], "rates": []}
     for rep in range(cfg.reps):
         seed = cfg.seed + rep
@@ -418,6 +441,8 @@ def run(cfg: Config, out_dir: Path) -> dict:
             print(f"run {rep + 1} of {cfg.reps}, ", end="", flush=True)
             got = run_scheme(cfg, scheme, topo, rep_dir, seed)
             summaries[scheme] = summarise(got, cfg, ideal)
+            if "meters" in got:
+                summaries[scheme]["meters"] = got["meters"]
             rates[scheme] = got["rates"]
             if "metrics" in got:
                 (rep_dir / f"metrics-{scheme}.txt").write_text(got["metrics"])

@@ -204,7 +204,8 @@ static __always_inline void size_wc_buffers(struct bpf_sock_ops *skops)
  * So a VM's only BG subflow is paced at its guarantee x 1.05 (bwf_bgpace;
  * no entry: left alone).
  *
- * A VM with n > 1 connections shares its guarantee among n BG subflows.
+ * A VM with n > 1 connections sending long flows (each past BG_PACE_AFTER
+ * acknowledged, see pace_bg) shares its guarantee among their n BG subflows.
  * Each paced at the whole guarantee and holding the namespace's send
  * buffer (Eq. 1's B, megabytes), fig14's S1 with 5 connections parked
  * 0.4-2.2 MB on each BG subflow draining at 2 Mb/s -- MPTCP also pushes
@@ -308,6 +309,13 @@ static __always_inline void pace_bg(struct bpf_sock_ops *skops)
 
 	if (!ceiling || skops->bytes_acked < BG_PACE_AFTER)
 		return;
+	/* counted among the VM's BG senders from here on (once: count_bg keeps
+	 * a mark on the socket): a subflow that only receives -- the accepted
+	 * side of a peer's transfer -- or sends a short flow never shares its
+	 * VM's guarantee. Counted from the handshake, every analytics VM of the
+	 * main job, sending one transfer and receiving one, paced its only
+	 * sending BG subflow at half its guarantee. */
+	count_bg(skops);
 	rate = *ceiling;
 	n = bpf_map_lookup_elem(&bwf_bgcount, &key);
 	if (n && *n > 1) {
@@ -353,8 +361,6 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 		/* MPTCP subflows only: no lookup per ACK for plain TCP */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG |
 					  BPF_SOCK_OPS_STATE_CB_FLAG);
-		if (!join && skops->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
-			count_bg(skops);
 		return 1;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 		join = is_join(skops);
@@ -364,7 +370,6 @@ int bwf_sockops(struct bpf_sock_ops *skops)
 			set_wc_cc(skops);
 			size_wc_buffers(skops);
 		} else if (join == 0) {
-			count_bg(skops);
 			pace_bg(skops);
 		}
 		return 1;

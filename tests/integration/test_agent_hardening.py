@@ -73,8 +73,8 @@ def test_structural_tc_changes_work_in_place_with_stable_class_ids(netns):
     assert pipe3["slots"] == {"10.9.0.2": 0, "10.9.0.3": 2, "10.9.0.5": 1}   # .5 kept its slot
     assert pipe_minus["slots"] == {"10.9.0.3": 2, "10.9.0.5": 1}
     assert "1:101" in _class_ids(pipe_minus["classes"]) and "1:100" not in _class_ids(pipe_minus["classes"])
-    # the hose (with the marker) has the young flows' WC class; the pipe model none
-    assert _class_ids(back["classes"]) == _class_ids(hose["classes"]) == {"1:1", "1:10", "1:20", "1:21"}
+    # the HTB path (demote_bg off, agent_scenarios.BASE): no young class; back to the hose, the pairs' go
+    assert _class_ids(back["classes"]) == _class_ids(hose["classes"]) == {"1:1", "1:10", "1:20"}
     assert "1:21" not in _class_ids(pipe2["classes"])
 
 

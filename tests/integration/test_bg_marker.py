@@ -12,7 +12,8 @@ Mechanisms asserted (none is a figure machine load can move):
   packets reach the peer as DSCP CS1 (the rewritten checksum is valid, or
   the peer's kernel would drop them);
 - a young flow's demoted packets go to the young WC class (1:21);
-- with a bucket that holds nothing, a ping's requests are demoted and still
+- with a bucket that holds nothing, a connection's SYN (no payload) stays
+  BG while its data is demoted; a ping's requests are demoted and still
   answered: the rewritten IP checksum is valid (TCP's multi-segment packets
   would not show it: software GSO recomputes their headers after the marker);
 - turning ``demote_bg`` off detaches the marker and puts BG's class back
@@ -39,20 +40,26 @@ PEER = textwrap.dedent('''
     import socket, threading
     srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("%s", 7000)); srv.listen(64)
+    srv2 = socket.socket(); srv2.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv2.bind(("%s", 7002)); srv2.listen(64)
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("%s", 7001))
     threading.Thread(target=lambda: [u.recv(65536) for _ in iter(int, 1)], daemon=True).start()
+
+    def serve(s):
+        while True:
+            c, _ = s.accept()
+            n = 0
+            while n < 20000:
+                b = c.recv(65536)
+                if not b:
+                    break
+                n += len(b)
+            c.sendall(b"k")
+            c.close()
+    threading.Thread(target=serve, args=(srv2,), daemon=True).start()
     print("ready", flush=True)
-    while True:
-        c, _ = srv.accept()
-        n = 0
-        while n < 20000:
-            b = c.recv(65536)
-            if not b:
-                break
-            n += len(b)
-        c.sendall(b"k")
-        c.close()
-''' % (B, B))
+    serve(srv)
+''' % (B, B, B))
 
 COUNTERS = textwrap.dedent('''
     table ip bwfmt {
@@ -63,9 +70,11 @@ COUNTERS = textwrap.dedent('''
         ip saddr %s ip dscp cs0 tcp dport 7000 counter
         ip saddr %s ip dscp cs1 tcp dport 7000 counter
         ip saddr %s ip dscp cs1 icmp type echo-request counter
+        ip saddr %s ip dscp cs0 tcp dport 7002 tcp flags & (syn | ack) == syn counter
+        ip saddr %s ip dscp cs1 tcp dport 7002 counter
       }
     }
-''' % (A, A, A, A, A))
+''' % (A, A, A, A, A, A, A))
 
 VM = textwrap.dedent('''
     import json, socket, subprocess, sys, threading, time
@@ -82,11 +91,11 @@ VM = textwrap.dedent('''
     bucket = next(s for s in plan.steps if isinstance(s, P.BgBucket))
     out["rate"], out["depth"] = bucket.rate_Bps, bucket.depth_bytes
 
-    def transfer():
+    def transfer(port=7000):
         s = socket.socket()
         s.settimeout(20)
         try:
-            s.connect(("%s", 7000))
+            s.connect(("%s", port))
             s.sendall(b"x" * 20000)
             return s.recv(1) == b"k"
         except OSError:
@@ -115,6 +124,8 @@ VM = textwrap.dedent('''
                     "value", *(["1"] + ["0"] * 15)], check=True)
     ping = subprocess.run(["ping", "-c", "3", "-i", "0.2", "-W", "2", "%s"], capture_output=True, text=True)
     out["ping_received"] = int(ping.stdout.split(" received")[0].rsplit(" ", 1)[-1]) if " received" in ping.stdout else 0
+    # ...and a connection with that bucket: its SYN (no payload) stays BG, its data is demoted
+    out["empty_bucket_transfer"] = transfer(7002)
     out["restored"] = ex.apply(plan) == 1 and ex.differences(plan) == []
     off = P.host_plan(P.HostConfig.from_dict({**base, "demote_bg": False}))
     ex.apply(off)
@@ -162,7 +173,7 @@ def _counters(ns_name):
         for e in r.get("rule", {}).get("expr", []):
             if "counter" in e:
                 out.append(e["counter"]["bytes"])
-    return dict(zip(("udp_cs0", "udp_cs1", "tcp_cs0", "tcp_cs1", "icmp_cs1"), out))
+    return dict(zip(("udp_cs0", "udp_cs1", "tcp_cs0", "tcp_cs1", "icmp_cs1", "syn_cs0_7002", "cs1_7002"), out))
 
 
 def test_bg_past_the_bucket_is_demoted_or_dropped_never_queued(vm_and_peer):
@@ -201,6 +212,10 @@ def test_bg_past_the_bucket_is_demoted_or_dropped_never_queued(vm_and_peer):
     # every packet demoted, a ping's too: its requests arrive (the IP checksum is fixed) and are
     # answered; the planned bucket is put back
     assert out["ping_received"] == 3 and got["icmp_cs1"] >= 3 and out["restored"] is True, out
+    # a TCP packet without payload is never demoted (a VM's ACKs for the BG it receives must not wait
+    # in the low-priority queues because its own BG spent its tokens): the SYN arrived as CS0, the
+    # data as CS1
+    assert out["empty_bucket_transfer"] is True and got["syn_cs0_7002"] >= 60 and got["cs1_7002"] >= 20000, got
     # off: marker gone, BG held by its class at the guarantee; on again; teardown clean
     assert out["off"]["differences"] == [] and out["off"]["marker"] is None
     assert out["off"]["bg"] == int(G_MBPS * 1e6)

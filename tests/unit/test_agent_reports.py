@@ -93,7 +93,8 @@ def test_any_status_reply_is_taken_whole_or_refused_and_the_scrape_never_fails(r
     good_counts = counts is None or (isinstance(counts, dict) and all(
         isinstance(c, str) and type(n) is int and 0 <= n < 2 ** 64 for c, n in counts.items()))
     assert good_counts or any(p.startswith("class_bytes") for p in problems), (reply, problems)
-    for line in text.splitlines():                  # whatever was exported is a finite number
+    for line in text.split("\n"):                  # whatever was exported is a finite number (the exposition
+        # format's lines end in \n only; str.splitlines would also cut at a label's \x85 or \u2028)
         if line.startswith("bwfabric_agent_class_bytes"):
             assert math.isfinite(float(line.rsplit(" ", 1)[1]))
 

@@ -123,3 +123,15 @@ def test_a_relative_results_directory_gives_absolute_agent_addresses(tmp_path, m
     builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps).save(out / "topology.json")
     loaded = config.load(product.write_config(cfg, out / "bwfabric", "bwfabric"))
     assert loaded.cfg.agents.address_template.startswith(f"unix:{tmp_path}/")
+
+
+def test_meter_stats_are_parsed_per_meter_with_their_drop_band():
+    from experiments.ovs import parse_meter_stats
+    text = ("OFPST_METER reply (OF1.3) (xid=0x2):\n"
+            "meter:1 flow_count:2 packet_in_count:689 byte_in_count:829498 duration:8.705s bands:\n"
+            "0: packet_count:13 byte_count:19682\n\n"
+            "meter:12 flow_count:2 packet_in_count:523 byte_in_count:307145 duration:8.705s bands:\n"
+            "0: packet_count:0 byte_count:0\n")
+    assert parse_meter_stats(text) == {1: {"bytes_in": 829498, "dropped_packets": 13, "dropped_bytes": 19682},
+                                       12: {"bytes_in": 307145, "dropped_packets": 0, "dropped_bytes": 0}}
+    assert parse_meter_stats("OFPST_METER reply (OF1.3) (xid=0x2):\n") == {}
