@@ -20,6 +20,8 @@ from experiments.fabric import Fabric
 from hostagent import cc
 from hostagent.channel import host_key, load_secret, write_secret
 
+STOP_S = 60.0       # for every agent to remove what it put in force and exit, all together
+
 
 class AgentError(RuntimeError):
     pass
@@ -115,10 +117,17 @@ class Agents:
         for p in self.procs.values():
             if p.poll() is None:
                 p.terminate()
-        for p in self.procs.values():
+        # each agent removes what it put in force (tc, nftables, BPF map entries) before it exits:
+        # on a loaded machine that took more than 10 s, and an agent killed halfway left its VM's
+        # bucket, pacing and A_l entries in the machine-wide maps
+        deadline = time.monotonic() + STOP_S
+        for h, p in self.procs.items():
             try:
-                p.wait(10)
+                p.wait(max(0.1, deadline - time.monotonic()))
             except Exception:
+                record = self.workdir / f"agent-{h}.log"
+                print(f"agent {h} did not finish its teardown in {STOP_S:g} s: killed (see {record})",
+                      file=sys.stderr)
                 p.kill()
 
     def __enter__(self) -> "Agents":

@@ -513,4 +513,5 @@ def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc:
     except ExecError as exc:
         log.error("%s", exc)
         return 1
+    log.info("removed; exiting")
     return 0
