@@ -95,6 +95,7 @@ class Config:
     schemes: tuple[str, ...] = SCHEMES
     reps: int = 3
     lrc: bool = False              # bwfabric with LRC in combined mode
+    trace: bool = False            # the analytics hosts' subflows (ss) every sample_s, to trace-<scheme>.json
     seed: int = 1
     of_port: int = 6653
 
@@ -127,7 +128,10 @@ def write_config(cfg: Config, workdir: Path, scheme: str) -> Path:
     topo_file = workdir.parent / "topology.json"
     if scheme == "best-effort":
         return configs.write(workdir / "bwfabric.yaml", topo_file, "ecmp", cfg.of_port)
-    defaults = {"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10}
+    # a WC subflow's round trips swing with the WC queues (RTOs of 3-7 s at 5 Mb/s); a packet it lost
+    # is a hole the receiver's window fills up behind, and then BG stands still too: RTOs at most
+    # 1 s, and a receive window that opens at Eq. 1's buffer (traced: docs/results.md)
+    defaults = {"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10, "rcvbuf_initial_kb": 32768, "rto_max_ms": 1000}
     # the controller's polling (LESSOR's flow counters, the port counters) costs the one userspace
     # OVS process that forwards every packet of the emulation: at 0.5-1 s its CPU was saturated and
     # the fabric itself queued seconds (BG pings 1.6-2.8 s), whatever the queues' priorities
@@ -179,6 +183,12 @@ def _load(fab: Fabric, cfg: Config, workdir: Path, seed: int) -> dict:
     web: dict = {}
     web_thread = threading.Thread(target=lambda: web.update(r=run_workload(
         fab, web_flows, cfg.duration - 5, workdir / "web", drain_s=5, mptcp=True)), daemon=True)
+    trace: list[dict] = []
+    stop_trace = threading.Event()
+    if cfg.trace:
+        hosts = [*ANALYTICS.values(), *(PEER[h] for h in ANALYTICS.values())]
+        threading.Thread(target=_trace, args=(fab, sorted(set(hosts)), cfg.sample_s, meter.t0, stop_trace, trace),
+                         daemon=True).start()
     procs = []
     try:
         for s in ANALYTICS.values():
@@ -194,6 +204,7 @@ def _load(fab: Fabric, cfg: Config, workdir: Path, seed: int) -> dict:
         web_thread.start()
         time.sleep(cfg.duration + 0.5)
     finally:
+        stop_trace.set()
         meter.stop()
         for p in procs + sinks:
             if p.poll() is None:
@@ -204,7 +215,24 @@ def _load(fab: Fabric, cfg: Config, workdir: Path, seed: int) -> dict:
             except subprocess.TimeoutExpired:
                 p.kill()
         web_thread.join(cfg.duration + 60)
+    if cfg.trace:
+        R.write_json(workdir / "trace.json", trace)
     return {"rates": meter.rates(), "web": web.get("r")}
+
+
+def _trace(fab: Fabric, hosts: list[str], period_s: float, t0: float, stop: threading.Event,
+           out: list[dict]) -> None:
+    """Each host's MPTCP subflows and sockets (hostagent.observe) every
+    ``period_s``, timed as the meter's samples: what a stalled transfer
+    looks like."""
+    from hostagent.observe import msk_queues, subflow_states
+    while not stop.is_set():
+        row: dict = {"t": round(time.time() - t0, 3)}
+        for h in hosts:
+            tcp, _, msk = fab.run_in(h, "sh", "-c", "ss -tinH; echo ==MSK==; ss -MinH").stdout.partition("==MSK==\n")
+            row[h], row[h + ".msk"] = subflow_states(tcp), msk_queues(msk)
+        out.append(row)
+        stop.wait(period_s)
 
 
 def vm_rates(rates: list[dict], host: str, window_s: float, t_from: float, t_to: float) -> tuple[float, float]:

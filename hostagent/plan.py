@@ -111,6 +111,13 @@ class Tuning(_Strict):
     # connection's in-order delivery, BG included, for at least this long.
     rto_min_ms: float | None = Field(None, ge=1, le=1000, description="TCP's minimum RTO (kernels >= 6.11); "
                                      "absent: the kernel's 200 ms")
+    # ...and its maximum (net.ipv4.tcp_rto_max_ms, kernels >= 6.15). A WC
+    # subflow whose round trips swing with the WC queues gets RTOs of 3-7 s;
+    # the packet it lost is a hole in its connection's data, and once the
+    # receiver's window is full of what came after, BG waits for it too (the
+    # main job: analytics' transfers stood still 1-2 s, BG with them)
+    rto_max_ms: int | None = Field(None, ge=1000, le=120_000, description="TCP's maximum RTO (kernels >= 6.15); "
+                                   "absent: the kernel's 120 s")
     # ECN on this host's TCP connections (net.ipv4.tcp_ecn=1): a switch's WC
     # queue then marks instead of dropping (mininet_topos.queues.aqm), and a WC
     # subflow backs off without leaving a hole in its connection's data
@@ -484,6 +491,7 @@ def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl
                    else f"4096 16384 {max(buf, 16384)}"),
             *([Sysctl("net.ipv4.tcp_rto_min_us", str(round(cfg.rto_min_ms * 1000)))]
               if cfg.rto_min_ms is not None else []),
+            *([Sysctl("net.ipv4.tcp_rto_max_ms", str(cfg.rto_max_ms))] if cfg.rto_max_ms is not None else []),
             # LRC: conntrack counts bytes per direction, so a pair is one this VM sends on (not its ACKs)
             *([Sysctl("net.netfilter.nf_conntrack_acct", "1")] if cfg.vm.lrc is not None else [])]
 

@@ -21,6 +21,7 @@ SCRIPT = textwrap.dedent('''
     plan = P.Plan(tuple(s for s in P.host_plan(cfg).steps if not isinstance(s, P.BpfMapSet)))
     ex = Executor(state_file=args["state"])
     rmem_before = open("/proc/sys/net/ipv4/tcp_rmem").read()
+    rto_max_before = open("/proc/sys/net/ipv4/tcp_rto_max_ms").read()
     limits_before = subprocess.run(["ip", "mptcp", "limits", "show"], capture_output=True, text=True).stdout
     out = {"rmem_before": rmem_before, "limits_before": limits_before, "first": ex.apply(plan), "again": ex.apply(plan)}
     def sh(*c):
@@ -31,6 +32,7 @@ SCRIPT = textwrap.dedent('''
     out["endpoints"] = sh("ip", "mptcp", "endpoint", "show")
     out["limits"] = sh("ip", "mptcp", "limits", "show")
     out["rmem"] = open("/proc/sys/net/ipv4/tcp_rmem").read()
+    out["rto_max"], out["rto_max_before"] = open("/proc/sys/net/ipv4/tcp_rto_max_ms").read(), rto_max_before
     moved = P.HostConfig.from_dict({**args["cfg"], "guarantee_mbps": 20})
     out["moved"] = ex.apply(P.Plan(tuple(s for s in P.host_plan(moved).steps if not isinstance(s, P.BpfMapSet))))
     out["classes_moved"] = sh("tc", "class", "show", "dev", cfg.interface)
@@ -38,6 +40,7 @@ SCRIPT = textwrap.dedent('''
     out["after"] = {"qdisc": sh("tc", "qdisc", "show", "dev", cfg.interface),
                     "nft": sh("nft", "list", "tables"), "endpoints": sh("ip", "mptcp", "endpoint", "show"),
                     "rmem": open("/proc/sys/net/ipv4/tcp_rmem").read(),
+                    "rto_max": open("/proc/sys/net/ipv4/tcp_rto_max_ms").read(),
                     "limits": sh("ip", "mptcp", "limits", "show"), "clean": ex.clean_differences()}
     print(json.dumps(out))
 ''')
@@ -51,7 +54,7 @@ def _rates(tc_text):
 def test_executor_applies_idempotently_changes_rates_in_place_and_tears_down(netns, tmp_path):
     # BG held by its HTB class alone (the marker's path: test_bg_marker.py)
     cfg = dict(host="s1", interface="ag0", address="10.9.0.1", nic_mbps=100, guarantee_mbps=35,
-               wc_subflows=2, demote_bg=False)
+               wc_subflows=2, demote_bg=False, rto_max_ms=1000)
     res = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", SCRIPT,
                           json.dumps({"cfg": cfg, "state": str(tmp_path / "ex.json")})],
                          capture_output=True, text=True, timeout=60)
@@ -72,5 +75,6 @@ def test_executor_applies_idempotently_changes_rates_in_place_and_tears_down(net
     after = out["after"]
     assert "htb" not in after["qdisc"] and "bwfabric" not in after["nft"] and "signal" not in after["endpoints"]
     assert after["rmem"] == out["rmem_before"] != out["rmem"]          # restored
+    assert out["rto_max"].strip() == "1000" and after["rto_max"] == out["rto_max_before"] != out["rto_max"]
     # issue #31: teardown left `ip mptcp limits` changed while the status said clean
     assert after["limits"] == out["limits_before"] != out["limits"] and after["clean"] == []

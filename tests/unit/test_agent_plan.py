@@ -174,6 +174,11 @@ def test_mptcp_sysctl_and_bpf_plans():
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(stale_loss_cnt=1))}["net.mptcp.stale_loss_cnt"] == "1"
     assert "net.ipv4.tcp_rto_min_us" not in sysctls                  # the kernel's own unless configured
     assert {s.key: s.value for s in P.sysctl_plan(_cfg(rto_min_ms=10))}["net.ipv4.tcp_rto_min_us"] == "10000"
+    assert "net.ipv4.tcp_rto_max_ms" not in sysctls
+    assert {s.key: s.value for s in P.sysctl_plan(_cfg(rto_max_ms=1000))}["net.ipv4.tcp_rto_max_ms"] == "1000"
+    for bad in (999, 120_001, 1.5, float("nan"), True):
+        with pytest.raises(P.PlanError, match="rto_max_ms"):
+            _cfg(rto_max_ms=bad)
     # A_l for bwf_wc; BG paced at 1.05 x its 35 Mb/s guarantee, in bytes/s, for bwf_sockops
     assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE)),
                                P.BpfMapSet(P.BPF_PACE_MAP, "10.0.0.1", round(35e6 / 8 * 1.05))]
