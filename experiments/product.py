@@ -20,8 +20,8 @@ flows for every scheme of a repetition):
   one subflow, no work conservation (seed 000's BGOnly, seed 001's
   reservation) -- the guarantee bought by wasting what others leave idle;
 - **bwfabric**: LESSOR, BG/WC queues, ToR meters, host agents configured by
-  the controller from the declared tenants (and LRC in combined mode with
-  ``lrc=true``).
+  the controller from the declared tenants, LRC in combined mode (``lrc=false``:
+  without it).
 
 Printed per tenant, as median [lowest-highest] over the repetitions: the
 lowest rate of any of its VMs over any 1 s window after warm-up against
@@ -94,7 +94,7 @@ class Config:
     skip_s: float = 5.0            # start-up left out of the per-window minimum
     schemes: tuple[str, ...] = SCHEMES
     reps: int = 3
-    lrc: bool = False              # bwfabric with LRC in combined mode
+    lrc: bool = True               # bwfabric with LRC in combined mode (LRC below)
     trace: bool = False            # the analytics hosts' subflows (ss) every sample_s, to trace-<scheme>.json
     seed: int = 1
     of_port: int = 6653

@@ -46,7 +46,9 @@ def test_bwfabric_with_lrc_runs_lrc_in_combined_mode(tmp_path):
     (tmp_path / "bwfabric").mkdir()
     loaded = config.load(product.write_config(cfg, tmp_path / "bwfabric", "bwfabric"))
     assert loaded.cfg.lrc.enabled and loaded.cfg.lrc.mode == "combined"
-    assert not config.load(product.write_config(product.Config(), tmp_path / "bwfabric", "bwfabric")).cfg.lrc.enabled
+    assert not config.load(product.write_config(product.Config(lrc=False), tmp_path / "bwfabric",
+                                                "bwfabric")).cfg.lrc.enabled
+    assert product.Config().lrc          # the main job's bwfabric runs LRC
 
 
 def test_the_max_min_ideal_is_each_mixed_tor_uplinks_shared_by_its_two_senders():
