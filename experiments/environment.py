@@ -75,16 +75,55 @@ def namespaces() -> dict[str, int]:
     return seen
 
 
+def stable_names(inodes, me: str, named: dict[str, str], mininet: dict[str, str]) -> dict[str, str]:
+    """A name per namespace that two runs share (inodes never repeat):
+    ``root``, ``netns:<name>`` (``ip netns``), ``mininet:<host>`` (a
+    Mininet host's shell), else its inode. A name two namespaces would share
+    keeps the inode after it."""
+    want = {ns: "root" if ns == me else named.get(ns) or mininet.get(ns) or ns for ns in inodes}
+    counts: dict[str, int] = {}
+    for name in want.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {ns: name if counts[name] == 1 else f"{name} {ns}" for ns, name in want.items()}
+
+
+def _namespace_labels() -> tuple[dict[str, str], dict[str, str]]:
+    """(inode -> ``netns:<name>`` of /run/netns, inode -> ``mininet:<host>``
+    of every Mininet host shell)."""
+    named, mininet = {}, {}
+    run = Path("/run/netns")
+    for f in sorted(run.iterdir()) if run.is_dir() else []:
+        try:
+            named[f"net:[{os.stat(f).st_ino}]"] = f"netns:{f.name}"
+        except OSError:
+            pass
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            words = (d / "cmdline").read_bytes().split(b"\0")
+            host = next((w.decode()[len("mininet:"):] for w in words if w.startswith(b"mininet:")), None)
+            if host:
+                mininet.setdefault(os.readlink(d / "ns" / "net"), f"mininet:{host}")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return named, mininet
+
+
 def _netns_settings() -> dict:
+    """Each namespace's settings, keyed by :func:`stable_names`."""
     me = os.readlink("/proc/self/ns/net")
+    found = namespaces()
+    names = stable_names(found, me, *_namespace_labels())
     out = {}
-    for ns, pid in sorted(namespaces().items()):
+    for ns, pid in sorted(found.items()):
         prefix = () if ns == me else ("nsenter", "-t", str(pid), "-n")
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             comm = "?"
-        out[ns] = {"pid": pid, "process": comm, "root": ns == me, **_sysctls(NETNS_SYSCTLS, prefix)}
+        out[names[ns]] = {"inode": ns, "pid": pid, "process": comm, "root": ns == me,
+                          **_sysctls(NETNS_SYSCTLS, prefix)}
     return out
 
 

@@ -22,6 +22,16 @@ def test_differences_name_each_setting_that_differs_and_skip_what_always_does():
     assert E.differences(a, a) == []
 
 
+def test_namespaces_are_named_as_two_runs_would_name_them():
+    got = E.stable_names(["net:[1]", "net:[2]", "net:[3]", "net:[4]", "net:[5]"], "net:[1]",
+                         {"net:[2]": "netns:a"}, {"net:[3]": "mininet:h1", "net:[4]": "mininet:h1"})
+    assert got == {"net:[1]": "root", "net:[2]": "netns:a", "net:[3]": "mininet:h1 net:[3]",
+                   "net:[4]": "mininet:h1 net:[4]", "net:[5]": "net:[5]"}
+    # a named namespace wins over a Mininet label; the root is the root whatever it is called
+    assert E.stable_names(["net:[2]"], "net:[9]", {"net:[2]": "netns:a"}, {"net:[2]": "mininet:h1"}) == \
+        {"net:[2]": "netns:a"}
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="creates a network namespace")
 def test_a_namespaces_own_settings_are_recorded(tmp_path):
     name = f"bwfenv-{uuid.uuid4().hex[:6]}"
@@ -41,9 +51,10 @@ def test_a_namespaces_own_settings_are_recorded(tmp_path):
             import time
             time.sleep(0.02)
         snap = E.snapshot()
-        mine = snap["namespaces"][inode]
-        assert mine["net.ipv4.tcp_ecn"] == "1" and not mine["root"]
-        assert snap["namespaces"][os.readlink("/proc/self/ns/net")]["root"]
+        # keyed by a name two runs share, not by the inode (never the same twice)
+        mine = snap["namespaces"][f"netns:{name}"]
+        assert mine["net.ipv4.tcp_ecn"] == "1" and not mine["root"] and mine["inode"] == inode
+        assert snap["namespaces"]["root"]["root"]
         with E.Recorder(tmp_path, during_s=0.0):
             pass
         assert {"before", "during", "after"} <= set(__import__("json").loads((tmp_path / "environment.json").read_text()))
