@@ -63,3 +63,18 @@ def test_a_namespaces_own_settings_are_recorded(tmp_path):
             proc.kill()
             proc.wait()
         subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def test_emulation_set_up_raises_socket_limits_and_never_lowers_them(tmp_path):
+    """ensure_ovs raises each machine-wide limit the figures need to at
+    least its value (a fresh kernel's 212992 caps bwf_sockops's WC send
+    buffers), and leaves a larger one alone."""
+    from experiments import ovs
+    low, high = tmp_path / "low", tmp_path / "high"
+    low.write_text("212992\n")
+    high.write_text("67108864\n")
+    ovs.raise_default(str(low), ovs.SOCKET_MAX_SYSCTLS["/proc/sys/net/core/wmem_max"])
+    ovs.raise_default(str(high), ovs.SOCKET_MAX_SYSCTLS["/proc/sys/net/core/wmem_max"])
+    assert int(low.read_text()) == 16777216 and int(high.read_text()) == 67108864
+    assert set(ovs.SOCKET_MAX_SYSCTLS) == {"/proc/sys/net/core/wmem_max", "/proc/sys/net/core/rmem_max",
+                                           "/proc/sys/net/core/netdev_max_backlog"}
