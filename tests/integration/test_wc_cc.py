@@ -4,6 +4,7 @@ queue; with alpha_w 1 and 1/4 (A_l 1 and 1/2, K=1 each) the first should get
 about twice the second (AIMD rate ~ sqrt(alpha)); swapping the factors swaps
 the shares; equal factors share evenly."""
 
+import ipaddress
 import json
 import subprocess
 import sys
@@ -112,6 +113,9 @@ def bottleneck():
     finally:
         for n in (snd, rtr, rcv):
             subprocess.run(["ip", "netns", "del", n])
+        for ip in VMS:          # the A_l entries _shares wrote: the map is the machine's
+            subprocess.run(["bpftool", "map", "delete", "pinned", str(cc.BPFFS / BPF_MAP), "key",
+                            *(str(b) for b in ipaddress.IPv4Address(ip).packed)], capture_output=True)
         if not loaded_before:
             cc.unload()
 
