@@ -68,7 +68,6 @@ BACKLOGGED = {"analytics": ANALYTICS, "batch": BATCH}
 DATA_PORT, UDP_PORT = 7100, 7200
 SCHEMES = ("best-effort", "reservation", "bwfabric")
 LABEL = {"best-effort": "best effort (ECMP)", "reservation": "static reservation", "bwfabric": "bwfabric"}
-BASELINES = ("best-effort", "reservation")
 # LRC in combined mode at this emulation's time scale: at the paper's periods (port counters every
 # 0.1 s, each agent's round every 50 ms) the controller's polling and 16 agents' rounds saturated the
 # machine that also runs the switches (aggregate 0.46 of the ideal, web p50 4 s)

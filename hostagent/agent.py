@@ -214,7 +214,7 @@ class Agent:
             from hostagent.plan import BgBucket, TcClass, marker_plan, tc_plan
             slots = self.lrc_slots or self.executor.pair_slots(self.config.interface)
             steps = [s for s in tc_plan(self.config, slots, want) if isinstance(s, TcClass) and _pair_class(s.classid)]
-            buckets = [b for b in marker_plan(self.config, want) if isinstance(b, BgBucket) and b.dst is not None]
+            buckets = [b for b in marker_plan(self.config, want) if isinstance(b, BgBucket) and b.dst in moved]
             try:
                 self.executor.change_rates(steps)
                 self.executor.set_buckets(buckets)
