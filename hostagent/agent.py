@@ -85,10 +85,13 @@ class Agent:
         self.conntrack = None                # hostagent.conntrack.ConntrackReader, opened on first use
         self.conntrack_failed = False
         self.lock = threading.Lock()
+        self.stopping = False                # set by shutdown: nothing is put in force after it
 
     def handle(self, raw: bytes) -> bytes:
         """One request -> one signed reply."""
         with self.lock:
+            if self.stopping:
+                return self.tx.seal("reply", {"ok": False, "error": "the agent is shutting down"})
             try:
                 msg_type, body = self.rx.open(raw)
             except ChannelError as exc:
@@ -181,7 +184,7 @@ class Agent:
         did ("idle", "rates", "pairs")."""
         from hostagent.lrc import Timeouts, active_peers
         with self.lock:
-            if self.lrc is None or self.config is None or self.degraded is not None:
+            if self.lrc is None or self.config is None or self.degraded is not None or self.stopping:
                 return "idle"
             now = time.monotonic() if now is None else now
             lrc = self.lrc
@@ -232,7 +235,7 @@ class Agent:
         bwf_mptcpd marked for this VM (hostagent.ese)."""
         from hostagent.ese import EseCloser
         with self.lock:
-            cfg = self.config
+            cfg = None if self.stopping else self.config
         if cfg is None or cfg.mptcp_cc != "mptcp_d":
             return "idle"
         # one closer per VM address: a new one drops the entries it finds (stale), so it is made only
@@ -375,7 +378,7 @@ class Agent:
         re-applied when it moves by more than 20 %. Returns whether it was."""
         from hostagent.observe import buffer_inputs, parse_ss
         with self.lock:
-            if self.config is None:
+            if self.config is None or self.stopping:
                 return False
             rtt_now, total = buffer_inputs(parse_ss(ss_text))
             want = self.sizer.update(time.monotonic() if now is None else now, rtt_now,
@@ -410,8 +413,20 @@ class Agent:
         self.server.serve(server)
         return self.server
 
-    def shutdown(self) -> None:
-        self.executor.teardown()
+    def shutdown(self, wait_s: float = 30.0) -> None:
+        """Remove everything this agent put in force. It waits (up to
+        ``wait_s``) for a request or round in progress to finish, and
+        none starts after it: an apply racing the teardown would put back
+        what it had just removed."""
+        held = self.lock.acquire(timeout=wait_s)
+        if not held:
+            log.error("an operation still holds the agent after %g s; removing what is in force anyway", wait_s)
+        try:
+            self.stopping = True
+            self.executor.teardown()
+        finally:
+            if held:
+                self.lock.release()
 
 
 def config_envelope(body: dict) -> tuple[int, int, dict | None]:
@@ -508,10 +523,11 @@ def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc:
     server.close()
     if listen_address.startswith("unix:"):
         Path(listen_address[5:]).unlink(missing_ok=True)
+    t0 = time.monotonic()
     try:
         agent.shutdown()
     except ExecError as exc:
         log.error("%s", exc)
         return 1
-    log.info("removed; exiting")
+    log.info("removed; exiting (%.2f s)", time.monotonic() - t0)
     return 0

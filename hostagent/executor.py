@@ -44,13 +44,17 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import re
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from hostagent import plan as P
+
+log = logging.getLogger("bwfabric.agent")
 
 PROC_SYS = Path("/proc/sys")
 BPF_PIN_DIR = Path("/run/bwfabric/bpf")  # hostagent.cc pins the CC's maps here
@@ -426,10 +430,13 @@ class Executor:
                          ("nft", self._nft_remove), ("mptcp", self._mptcp_remove),
                          ("bpf", self._bpf_remove), ("bpfconf", self._bpf_conf_reset),
                          ("sysctl", self._sysctl_restore)):
+            t0 = time.monotonic()
             try:
                 fn()
             except Exception as exc:  # keep undoing the rest
                 errors.append(f"{name}: {exc}")
+            if time.monotonic() - t0 > 1.0:     # a slow shutdown names its slow part
+                log.warning("teardown: removing %s took %.1f s", name, time.monotonic() - t0)
         if errors:
             raise ExecError("teardown: " + "; ".join(errors))
         self.touched.clear()

@@ -74,3 +74,43 @@ def test_a_persisted_seq_a_day_ahead_does_not_lock_the_channel_out_after_a_resta
         rx.open(Sender(KEY, "h1", clock=lambda: now[0]).seal("status", {}))
     now[0] += DEFAULT_MAX_SKEW_S + 1
     assert rx.open(Sender(KEY, "h1", clock=lambda: now[0]).seal("status", {}))[0] == "status"
+
+
+class _GatedExecutor(RecordingExecutor):
+    """apply blocks until released; every call is recorded in order."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.events: list[str] = []
+
+    def apply(self, plan) -> int:
+        self.entered.set()
+        self.release.wait(10)
+        self.events.append("apply done")
+        return super().apply(plan)
+
+    def teardown(self) -> None:
+        self.events.append("teardown")
+        super().teardown()
+
+
+def test_shutdown_waits_for_an_apply_in_progress_and_nothing_is_put_in_force_after_it(tmp_path):
+    import threading
+    ex = _GatedExecutor()
+    a = Agent("h1", KEY, tmp_path, executor=ex)
+    cfg = dict(host="h1", interface="h1-eth0", address="10.0.0.1", nic_mbps=100, guarantee_mbps=10)
+    pushing = threading.Thread(target=_ask, args=(a, "config", {"generation": 1, "version": 1, "config": cfg}))
+    pushing.start()
+    assert ex.entered.wait(10)
+    stopping = threading.Thread(target=a.shutdown)
+    stopping.start()
+    stopping.join(0.5)           # unlocked, the teardown would run now, under the apply
+    ex.release.set()
+    pushing.join(10), stopping.join(10)
+    assert ex.events == ["apply done", "teardown"]
+    reply = _ask(a, "config", {"generation": 1, "version": 2, "config": {**cfg, "guarantee_mbps": 20}})
+    assert reply["ok"] is False and "shutting down" in reply["error"], reply
+    assert len(ex.applied) == 1 and ex.torn_down == 1
+    assert a.lrc_round(entries=[]) == "idle" and a.refresh_buffer("") is False
