@@ -31,6 +31,46 @@ from experiments import ovs
 
 log = logging.getLogger("bwfabric.fabric")
 
+# What every emulated host's network namespace starts with (issue #32 §3):
+# the kernel's own defaults, whatever the root namespace has. A new network
+# namespace inherits the root's default congestion control and its
+# tcp_rmem/tcp_wmem, and machine images change them -- this machine's has
+# BBR (a fresh Debian 12: cubic), and Mininet's start sets the root's
+# tcp_rmem/wmem to 10240 87380 16777216 (its fixLimits). BBR's RTT
+# unfairness took a short-RTT (intra-ToR) flow to 0.85-0.89 Mb/s of its
+# 3.3 beside two long-RTT flows into the same host, with 32 % of its bytes
+# retransmitted; every unmanaged host's traffic (receivers, best effort,
+# web flows) changed with the machine. The host agents set their own
+# hosts' values on top of these.
+HOST_TCP_DEFAULTS = {
+    "net.ipv4.tcp_congestion_control": "cubic",
+    "net.ipv4.tcp_rmem": "4096 131072 6291456",
+    "net.ipv4.tcp_wmem": "4096 16384 4194304",
+    "net.ipv4.tcp_ecn": "2",
+}
+
+
+ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+
+
+def allow_congestion_control(name: str, path: Path = ALLOWED_CC) -> bool:
+    """Add ``name`` to the machine's allowed congestion controls (the kernel
+    lets a namespace other than the root default only to an allowed one;
+    this machine's image allows "reno bbr", a fresh kernel "reno cubic").
+    Adds, never removes. Returns whether it changed anything."""
+    allowed = path.read_text().split()
+    if name in allowed:
+        return False
+    path.write_text(" ".join([*allowed, name]))
+    return True
+
+
+def host_tcp_command(values: dict[str, str] | None = None) -> str:
+    """Shell command, run in a host's network namespace, that sets its TCP
+    defaults (:data:`HOST_TCP_DEFAULTS`)."""
+    values = HOST_TCP_DEFAULTS if values is None else values
+    return "sysctl -qw " + " ".join(f"'{k}={v}'" for k, v in sorted(values.items()))
+
 
 def in_use(switches: list[str], sys_net: Path = Path("/sys/class/net")) -> list[str]:
     """Switch-side link interfaces (``<switch>-eth<N>``) present in this
@@ -181,6 +221,13 @@ class Fabric:
                 if node.name in switches:
                     subprocess.run(["ovs-vsctl", "set", "interface", intf.name,
                                     f"mtu_request={mtu}"], check=True, capture_output=True)
+        if allow_congestion_control(HOST_TCP_DEFAULTS["net.ipv4.tcp_congestion_control"]):
+            self.warnings.append("added cubic to net.ipv4.tcp_allowed_congestion_control (the hosts' default)")
+        for host in self.net.hosts:
+            if host.name not in delay_nodes:
+                out = host.cmd(f"{host_tcp_command()} >/dev/null 2>&1 || echo FAILED")
+                if "FAILED" in out:
+                    raise FabricError(f"{host.name}: could not set its TCP defaults ({host_tcp_command()})")
 
     def _delay_lines(self) -> None:
         """A delay line in each delay node, between its two interfaces."""

@@ -28,10 +28,12 @@ WANT_RMEM = 2097152
 # The most a socket may ask for (SO_SNDBUF / SO_RCVBUF; global, the root
 # namespace's): bwf_sockops sizes WC subflows' send buffers to their window,
 # past the kernel's 212992 at the BG/WC testbed's rates, and the kernel caps
-# them silently -- the WC shares of Table 3 then lean towards equal. This
-# machine's image has 16 MiB (issue #20's sets, <= 0.071, ran with it); a
-# fresh kernel does not. And the per-CPU backlog every veth frame passes
-# (netdev_max_backlog): 5000, as here, for the fabric's bursts.
+# them silently -- the WC shares of Table 3 then lean towards equal. A
+# fresh kernel has 212992; Mininet's start raises them to 16 MiB (its
+# fixLimits, with tcp_rmem/wmem and netdev_max_backlog), but only when a
+# Mininet object is made: set here, every emulation has them. And the
+# per-CPU backlog every veth frame passes (netdev_max_backlog): 5000, as
+# Mininet's, for the fabric's bursts.
 SOCKET_MAX_SYSCTLS = {"/proc/sys/net/core/wmem_max": 16777216, "/proc/sys/net/core/rmem_max": 16777216,
                       "/proc/sys/net/core/netdev_max_backlog": 5000}
 
