@@ -487,6 +487,9 @@ def _write_int(path: Path, value: int) -> None:
     tmp.replace(path)
 
 
+WAKE_S = 0.2        # the main thread's longest sleep: how soon a signal's handler runs
+
+
 def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc: bool = False,
          bpf_dir: str | None = None) -> int:
     from hostagent.channel import load_secret
@@ -515,7 +518,13 @@ def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc:
     threading.Thread(target=agent.lrc_loop, daemon=True).start()
     threading.Thread(target=agent.ese_loop, daemon=True).start()
     log.info("listening on %s", listen_address)
-    done.wait()
+    # Not done.wait(): a process's signal goes to any of its threads, and
+    # Python runs the handler only when the main thread next runs bytecode --
+    # which a wait without a timeout never does when the signal landed on a
+    # worker (the agent then outlived SIGTERM: issue #32, 2 of 9 agents in one
+    # main job). The timeout lets it run within WAKE_S.
+    while not done.wait(WAKE_S):
+        pass
     log.info("shutting down: removing what this agent put in force")
     if getattr(agent, "server", None) is not None:
         agent.server.stop.set()

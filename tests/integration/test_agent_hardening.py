@@ -275,3 +275,48 @@ def test_signed_but_invalid_configs_change_nothing_in_the_kernel(netns):
     out = _scenario(netns, "refused_configs_change_nothing", timeout=300)
     assert out["first"]["ok"]
     assert out["refused"] > 200 and out["same"] and out["in_force"] and out["config_guarantee"] == 10
+
+
+def test_sigterm_landing_on_a_worker_thread_still_stops_the_agent(netns, tmp_path):
+    """A process-directed signal goes to any thread; the kernel is asked here
+    to deliver SIGTERM to each of the agent's worker threads in turn (tgkill),
+    never to the main one. The agent must still remove what it put in force
+    and exit (it slept through it while its main thread waited without a
+    timeout)."""
+    import ctypes
+    import platform
+    import secrets
+    import signal
+    import time
+
+    from hostagent.channel import host_key, write_secret
+    if platform.machine() != "x86_64":
+        pytest.skip("tgkill's syscall number here is x86_64's")
+
+    write_secret(tmp_path / "ns.key", host_key(secrets.token_bytes(32), "ns").hex())
+    sock_path = tmp_path / "agent.sock"
+    proc = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-m", "bwfabric.cli", "agent",
+                             "--host", "ns", "--key-file", str(tmp_path / "ns.key"), "--listen", f"unix:{sock_path}",
+                             "--state-dir", str(tmp_path / "state")],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "w"))
+    try:
+        tasks = Path(f"/proc/{proc.pid}/task")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (sock_path.exists() and len(list(tasks.iterdir())) >= 5):
+            time.sleep(0.05)                      # listening, its four worker threads started
+        workers = sorted(int(t.name) for t in tasks.iterdir() if int(t.name) != proc.pid)
+        assert len(workers) >= 4, workers
+        libc = ctypes.CDLL(None, use_errno=True)
+        SYS_tgkill = 234                          # x86_64
+        assert libc.syscall(SYS_tgkill, proc.pid, workers[0], int(signal.SIGTERM)) == 0, ctypes.get_errno()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM delivered to a worker thread did not stop the agent:\n"
+                        + (tmp_path / "agent.log").read_text()[-1500:])
+        assert proc.returncode == 0
+        assert "removed; exiting" in (tmp_path / "agent.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
