@@ -105,11 +105,11 @@ def _check_config_file(path: str) -> int:
             print(f"{path}: a controller starting now would start without part of the API's changes: "
                   f"{salvaged.set_aside.describe()}", file=sys.stderr)
         return 1
-    guarantees = {h: vm.guarantee_mbps for h, (_, _, vm) in loaded.vms().items()}
+    guarantees = loaded.guarantees()
     rows = admission.headroom(loaded.topology, guarantees, loaded.cfg.admission.mu)
     tight = max(rows, key=lambda r: r["crossing_mbps"] / r["limit_mbps"]) if rows else None
     print(f"ok: {path} (config {loaded.digest}: {len(loaded.topology.switches)} switches, "
-          f"{len(loaded.topology.hosts)} hosts, {len(loaded.cfg.tenants)} tenants, {len(guarantees)} VMs; "
+          f"{len(loaded.topology.hosts)} hosts, {len(loaded.cfg.tenants)} tenants, {len(loaded.vms())} VMs; "
           f"{len(rows)} cuts admitted" + (f", tightest {tight['cut']} at {tight['crossing_mbps']:g} of "
                                           f"{tight['limit_mbps']:g} Mb/s" if tight else "") + ")")
     return 0

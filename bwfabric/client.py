@@ -96,10 +96,19 @@ def status_text(status: dict, agents: list[dict], tenants: dict) -> str:
     if status.get("last_error"):
         out.append(f"last refused change: {status['last_error']}")
     rows = []
+    by_host = {a["host"]: a for a in agents}
     for t, tenant in sorted(tenants.items()):
         for vm, v in sorted(tenant["vms"].items(), key=lambda kv: natural(kv[0])):
-            rows.append([t, vm, v["host"], v["guarantee_mbps"], v["weight"], tenant["policy"], tenant["wc_subflows"]])
-    out += ["", table(rows, ["tenant", "vm", "host", "guarantee Mb/s", "weight", "policy", "WC subflows"])]
+            agent = by_host.get(v["host"]) or {}
+            # a VM in a namespace of its own has its state under the agent's vms; a host that is its VM, at the top
+            one = (agent.get("vms") or {}).get(f"{t}/{vm}") if v.get("netns") else agent
+            one = one or {}
+            rows.append([t, vm, v["host"], v.get("address") or "(host's)", v["guarantee_mbps"], v["weight"],
+                         tenant["policy"], tenant["wc_subflows"],
+                         {True: "yes", False: "NO", None: "-"}[one.get("in_force")],
+                         None if one.get("bg_rate_bps") is None else f"{one['bg_rate_bps'] / 1e6:.2f}"])
+    out += ["", table(rows, ["tenant", "vm", "host", "address", "guarantee Mb/s", "weight", "policy", "WC subflows",
+                             "in force", "BG Mb/s"])]
     rows = [[a["host"], "up" if a["connected"] else "DOWN", a["version_in_force"],
              {True: "yes", False: "NO", None: "-"}[a["in_force"]],
              None if a["bg_rate_bps"] is None else f"{a['bg_rate_bps'] / 1e6:.2f}",

@@ -163,8 +163,7 @@ def rejections(topo: TopologyDescription, guarantees: dict[str, float], mu: floa
 
 def check(loaded) -> list[str]:
     """Admission control of a loaded configuration (:class:`controller.config.Loaded`)."""
-    guarantees = {host: vm.guarantee_mbps for host, (_, _, vm) in loaded.vms().items()}
-    return rejections(loaded.topology, guarantees, loaded.cfg.admission.mu)
+    return rejections(loaded.topology, loaded.guarantees(), loaded.cfg.admission.mu)
 
 
 def headroom(topo: TopologyDescription, guarantees: dict[str, float], mu: float) -> list[dict]:

@@ -73,6 +73,8 @@ class AgentState:
     class_bytes: dict = field(default_factory=dict)    # HTB class -> bytes, at status_at
     bg_rate_bps: float | None = None   # BG leaving the host between the last two status replies
     wc_rate_bps: float | None = None
+    vms: dict = field(default_factory=dict)   # per VM (its name at the agent): in_force, differences,
+    #                                           degraded, class_bytes, bg_rate_bps, wc_rate_bps
 
 
 class Session:
@@ -234,11 +236,11 @@ class Session:
                 if not reply.get("ok"):
                     self.st.last_error = f"agent refused rates: {reply.get('error')}"
                 else:
-                    pairs, problems = check_pair_reports(reply.get("pairs", {}))
+                    per_vm, problems = check_vm_reports(reply, self.endpoint.host)
                     if problems:
                         self._refused_report(f"LRC report: {problems[0]}" + (
                             f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-                    self.lrc_reply = (token, time.monotonic(), pairs)
+                    self.lrc_reply = (token, time.monotonic(), per_vm)
 
     def _refused_report(self, why: str) -> None:
         """A malformed reply of this agent: counted and named against its
@@ -262,6 +264,7 @@ class Session:
                 self.st.bg_rate_bps = _rate(self.st.class_bytes, counts, dt, is_bg_class)
                 self.st.wc_rate_bps = _rate(self.st.class_bytes, counts, dt, is_wc_class)
             self.st.class_bytes = counts if isinstance(counts, dict) else {}
+            self.st.vms = _vm_states(self.st.vms, reply.get("vms") or {}, now - (self.st.status_at or now))
             self.st.status_at = now
             self.st.in_force = reply.get("in_force")
             self.st.differences = len(reply.get("differences") or [])
@@ -289,17 +292,48 @@ class Session:
 
 
 MAX_PAIRS_REPORTED = 4096
+MAX_VMS_REPORTED = 256          # VMs one agent reports on (its MAX_VMS)
 _IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$")
+
+
+_VM_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,31})?")
+
+
+def _bounded(obj, what: str, unit: str, limit: int) -> list[str]:
+    """Why ``obj`` is not an object of at most ``limit`` entries ([] = it is)."""
+    if not isinstance(obj, dict):
+        return [f"{what} must be an object, got {type(obj).__name__}"]
+    return [f"{len(obj)} {unit}, at most {limit}"] if len(obj) > limit else []
+
+
+def check_vm_reports(reply: dict, host: str) -> tuple[dict, list[str]]:
+    """A rates reply's LRC reports per VM (its name at the agent -> pairs):
+    ``vms`` when the agent sends it, else its flat ``pairs`` as the host's
+    one VM's. Each VM's pairs as :func:`check_pair_reports` takes them; a VM
+    name that is not one is left out and named."""
+    vms = reply.get("vms")
+    if vms is None:
+        vms = {host: reply.get("pairs", {})}
+    bad = _bounded(vms, "vms", "VMs", MAX_VMS_REPORTED)
+    if bad:
+        return {}, bad
+    out, problems = {}, []
+    for name, pairs in vms.items():
+        if not (isinstance(name, str) and _VM_KEY.fullmatch(name)):
+            problems.append(f"VM {name!r:.40}: not a VM name")
+            continue
+        out[name], more = check_pair_reports(pairs)
+        problems += [f"VM {name}: {p}" if name != host else p for p in more]
+    return out, problems
 
 
 def check_pair_reports(pairs) -> tuple[dict, list[str]]:
     """An agent's LRC report (peer address -> v, limit, guarantee, weight,
     factor age) as the controller takes it: each pair whose fields are not
     finite numbers in range is left out and named; the rest is kept."""
-    if not isinstance(pairs, dict):
-        return {}, [f"pairs must be an object, got {type(pairs).__name__}"]
-    if len(pairs) > MAX_PAIRS_REPORTED:
-        return {}, [f"{len(pairs)} pairs, at most {MAX_PAIRS_REPORTED}"]
+    bad = _bounded(pairs, "pairs", "pairs", MAX_PAIRS_REPORTED)
+    if bad:
+        return {}, bad
     out, problems = {}, []
     for peer, rep in pairs.items():
         if not (isinstance(peer, str) and _IPV4.match(peer)):
@@ -341,6 +375,18 @@ def status_problems(reply) -> list[str]:
         problems.append("differences: not a list")
     if reply.get("degraded") is not None and not isinstance(reply.get("degraded"), str):
         problems.append("degraded: not text")
+    vms = reply.get("vms")
+    if vms is not None:
+        if not isinstance(vms, dict) or len(vms) > MAX_VMS_REPORTED:
+            problems.append(f"vms must be an object of at most {MAX_VMS_REPORTED} VMs")
+        else:
+            for name, one in vms.items():
+                if not (isinstance(name, str) and _VM_KEY.fullmatch(name)):
+                    problems.append(f"vms[{name!r:.40}]: not a VM name")
+                elif not isinstance(one, dict) or "vms" in one:
+                    problems.append(f"vms[{name}]: not a VM's status")
+                else:
+                    problems += [f"vms[{name}]: {p}" for p in status_problems(one)]
     return problems
 
 
@@ -352,6 +398,20 @@ def is_bg_class(classid: str) -> bool:
 def is_wc_class(classid: str) -> bool:
     """The WC classes (young flows' and the rest) and LRC's per-pair WC ceilings."""
     return classid in (CLASS_WC, CLASS_YOUNG) or in_pair_slots(classid, WC_PAIR_CLASS_BASE)
+
+
+def _vm_states(before: dict, vms: dict, dt: float) -> dict:
+    """Each VM's state from a (checked) status reply, its class rates
+    against the previous reply's counts."""
+    out = {}
+    for name, one in sorted(vms.items()):
+        counts = one.get("class_bytes") or {}
+        old = before.get(name, {}).get("class_bytes") or {}
+        out[name] = {"in_force": one.get("in_force"), "differences": len(one.get("differences") or []),
+                     "degraded": one.get("degraded"), "class_bytes": counts,
+                     "bg_rate_bps": _rate(old, counts, dt, is_bg_class) if old and counts else None,
+                     "wc_rate_bps": _rate(old, counts, dt, is_wc_class) if old and counts else None}
+    return out
 
 
 def _rate(before: dict, after: dict, dt: float, which) -> float | None:
@@ -413,7 +473,7 @@ class AgentSessions:
     def update(self, old: Loaded | None, new: Loaded, version: int) -> dict[str, str]:
         """Bring the sessions to ``new``; returns host -> what happened."""
         endpoints = tenancy.agent_endpoints(new)
-        wanted = {h: _as_dict(c) for h, c in tenancy.host_configs(new).items()}
+        wanted = {h: tenancy.wire(c) for h, c in tenancy.host_configs(new).items()}
         changed: dict[str, str] = {}
         with self.lock:
             for host in sorted(set(self.sessions) - set(endpoints)):
@@ -448,7 +508,7 @@ class AgentSessions:
     def samples(self, loaded: Loaded):
         """Metrics of every session (see controller.metrics)."""
         now = time.time()
-        vms = loaded.vms()
+        vms = loaded.host_vms()
         for st in self.states():
             h = {"host": st["host"]}
             yield "bwfabric_agent_connected", h, int(st["connected"])
@@ -463,13 +523,19 @@ class AgentSessions:
                 yield name, h, st[key]
             for cls, n in sorted(st["class_bytes"].items()):
                 yield "bwfabric_agent_class_bytes", {**h, "class": cls}, n
-            if st["host"] in vms:
-                tenant, vm, _ = vms[st["host"]]
-                labels = {"tenant": tenant, "vm": vm, "host": st["host"]}
-                if st["bg_rate_bps"] is not None:
-                    yield "bwfabric_tenant_bg_rate_bytes_per_second", labels, st["bg_rate_bps"] / 8
-                if st["wc_rate_bps"] is not None:
-                    yield "bwfabric_tenant_wc_rate_bytes_per_second", labels, st["wc_rate_bps"] / 8
+            for p in vms.get(st["host"], []):
+                one = st["vms"].get(p.id if p.netns else p.host)
+                if one is None and not p.netns:              # an agent before issue #32 §4: its flat fields
+                    one = st
+                if one is None:
+                    continue
+                labels = {"tenant": p.tenant, "vm": p.name, "host": st["host"]}
+                if p.netns:
+                    yield "bwfabric_vm_in_force", labels, int(bool(one["in_force"]))
+                if one["bg_rate_bps"] is not None:
+                    yield "bwfabric_tenant_bg_rate_bytes_per_second", labels, one["bg_rate_bps"] / 8
+                if one["wc_rate_bps"] is not None:
+                    yield "bwfabric_tenant_wc_rate_bytes_per_second", labels, one["wc_rate_bps"] / 8
 
     def session(self, host: str) -> Session | None:
         with self.lock:
@@ -492,5 +558,3 @@ def _drain_and_stop(session: Session, timeout_s: float = 10.0) -> None:
     session.stop()
 
 
-def _as_dict(cfg) -> dict:
-    return cfg.model_dump(mode="json")

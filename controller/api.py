@@ -174,7 +174,7 @@ class Api:
         links = [{"a": lk.a, "b": lk.b, "capacity_mbps": lk.capacity_mbps,
                   "load_mbps": {f"{lk.a}>{lk.b}": _mbps(loads.get((lk.a, lk.b))),
                                 f"{lk.b}>{lk.a}": _mbps(loads.get((lk.b, lk.a)))}} for lk in loaded.topology.links]
-        guarantees = {h: vm.guarantee_mbps for h, (_, _, vm) in loaded.vms().items()}
+        guarantees = loaded.guarantees()
         return _json({"switches": [{"name": s.name, "dpid": s.dpid, "role": s.role, "pod": s.pod}
                                    for s in loaded.topology.switches],
                       "hosts": [{"name": h.name, "ip": h.ip} for h in loaded.topology.hosts], "links": links,

@@ -28,6 +28,7 @@ import ipaddress
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -38,7 +39,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from apps.lessor.pmpt import DEFAULT_EPSILON
 from apps.lrc.model import LrcParams
 from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
-from controller.topology import TopologyDescription, TopologyError
+from controller.topology import TopologyDescription, TopologyError, host_address_problem
 from controller.validate import IPAddress, StrictModel, read_bounded
 from hostagent.plan import MAX_NIC_MBPS, MPTCP_CCS, Tuning
 from hostagent.policy import POLICIES
@@ -46,6 +47,7 @@ from hostagent.policy import POLICIES
 MAX_CONFIG_BYTES = 1 << 20
 MIN_GUARANTEE_MBPS = 0.001     # 1 kb/s: OpenFlow meters take whole kb/s (a smaller B would be metered at 0)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$"
+NETNS_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 ROUTING_APPS = ("single_path", "ecmp", "lessor", "hedera")
 
@@ -185,11 +187,18 @@ class Agents(_Strict):
 
 # ---- tenants --------------------------------------------------------------------------------
 class Vm(_Strict):
-    host: Name = Field(description="the topology host the VM runs on (one VM per host)")
+    host: Name = Field(description="the topology host (server) the VM runs on")
     guarantee_mbps: float = Field(ge=MIN_GUARANTEE_MBPS, le=MAX_NIC_MBPS, description="hose guarantee B, both "
                                   "directions (at least 1 kb/s: the smallest rate an OpenFlow meter polices)")
     weight: float = Field(1.0, ge=1e-6, le=1e6, description="weight w (LRC's weighted max-min share)")
     competition: float | None = Field(None, ge=0, le=1e6, description="A_l under policy 'explicit'")
+    netns: str | None = Field(None, pattern=NETNS_PATTERN, description="the VM's network namespace on its host "
+                              "(an `ip netns` name), for several VMs on one host; absent: the VM is the host's own "
+                              "namespace (at most one such VM per host)")
+    address: IPAddress | None = Field(None, description="the VM's own IPv4 address (required with netns); absent: "
+                                      "the host's")
+    interface: str | None = Field(None, pattern=r"^[^/:\s]{1,15}$", description="the VM's interface in its "
+                                  "namespace (with netns; default eth0)")
 
 
 class Tenant(_Strict):
@@ -302,9 +311,40 @@ class Loaded:
             return self.cfg.agents.defaults
         return AgentTuning(**{**self.cfg.agents.defaults.model_dump(), **entry.tuning})
 
-    def vms(self) -> dict[str, tuple[str, str, Vm]]:
-        """host -> (tenant, vm name, vm)."""
-        return {vm.host: (t, n, vm) for t, tenant in self.cfg.tenants.items() for n, vm in tenant.vms.items()}
+    def vms(self) -> dict[str, "PlacedVm"]:
+        """VM id ("tenant/vm") -> where it runs and with what address, by id."""
+        out = {}
+        for t, tenant in sorted(self.cfg.tenants.items()):
+            for n, vm in sorted(tenant.vms.items()):
+                address = str(vm.address) if vm.address is not None else self.topology.host(vm.host).ip
+                out[f"{t}/{n}"] = PlacedVm(f"{t}/{n}", t, n, vm, vm.host, address, vm.netns,
+                                           vm.interface or ("eth0" if vm.netns else None))
+        return out
+
+    def host_vms(self) -> dict[str, list["PlacedVm"]]:
+        """host -> its VMs (hosts without VMs left out)."""
+        out: dict[str, list[PlacedVm]] = {}
+        for p in self.vms().values():
+            out.setdefault(p.host, []).append(p)
+        return dict(sorted(out.items()))
+
+    def guarantees(self) -> dict[str, float]:
+        """host -> the sum of its VMs' guarantees: what crosses its NIC cut."""
+        return {h: sum(p.vm.guarantee_mbps for p in vms) for h, vms in self.host_vms().items()}
+
+
+@dataclass(frozen=True)
+class PlacedVm:
+    """A declared VM where it runs: its host, its address (its own, or the
+    host's when it is the host's own namespace), namespace and interface."""
+    id: str                     # "tenant/vm": unique, the agent's and the API's name for it
+    tenant: str
+    name: str
+    vm: Vm
+    host: str
+    address: str
+    netns: str | None
+    interface: str | None       # in its namespace (None: the host's own, from agents.hosts or <host>-eth0)
 
 
 # ---- YAML -------------------------------------------------------------------------------------
@@ -407,17 +447,56 @@ def meaning_problems(cfg: Config, topo: TopologyDescription) -> list[str]:
     """Stage 3 without admission control: every name must resolve."""
     problems = []
     hosts = {h.name for h in topo.hosts}
+    ips = {h.ip: h.name for h in topo.hosts}
     taken: dict[str, str] = {}
+    spaces: dict[tuple[str, str | None], str] = {}       # (host, netns) -> the VM there
+    addresses: dict[str, str] = {}
     for t, tenant in cfg.tenants.items():
         for n, vm in tenant.vms.items():
-            where = f"tenants.{t}.vms.{n}.host"
+            here = f"tenants.{t}.vms.{n}"
             if vm.host not in hosts:
-                problems.append(f"{where}: {vm.host!r} is not a host of the topology")
-            elif vm.host in taken:
-                problems.append(f"{where}: host {vm.host} already carries {taken[vm.host]} (one VM per host: "
-                                "the agent shapes one interface and address)")
+                problems.append(f"{here}.host: {vm.host!r} is not a host of the topology")
+                continue
+            taken.setdefault(vm.host, here)
+            other = spaces.setdefault((vm.host, vm.netns), here)
+            own = spaces.get((vm.host, None)) if vm.netns is not None else next(
+                (w for (h, ns), w in spaces.items() if h == vm.host and ns is not None), None)
+            if own is not None and own != here:
+                problems.append(f"{here}.netns: host {vm.host} carries VMs in namespaces of their own ({own}) and "
+                                "one in its own namespace: give each a netns (the host's NIC then carries them all)")
+            if other != here:
+                problems.append(f"{here}.netns: host {vm.host} already carries {other} in "
+                                + ("its own namespace (more VMs on a host need a netns each)" if vm.netns is None
+                                   else f"namespace {vm.netns}"))
+            own_ip = topo.host(vm.host).ip
+            if vm.netns is None:
+                if vm.interface is not None:
+                    problems.append(f"{here}.interface: only with netns (the host's own interface is "
+                                    f"agents.hosts.{vm.host}.interface)")
+                if vm.address is not None and str(vm.address) != own_ip:
+                    problems.append(f"{here}.address: a VM in its host's own namespace has the host's address "
+                                    f"({own_ip}); give it a netns for one of its own")
+                address = own_ip
+            elif vm.address is None:
+                problems.append(f"{here}.address: required with netns (the VM's own address)")
+                continue
             else:
-                taken[vm.host] = f"tenants.{t}.vms.{n}"
+                address = str(vm.address)
+                why = host_address_problem(address)
+                if why:
+                    problems.append(f"{here}.address: {address} {why}")
+                elif address in ips:
+                    problems.append(f"{here}.address: {address} is host {ips[address]}'s address in the topology")
+                else:
+                    block = topo.host(vm.host).network()
+                    if block is None:
+                        problems.append(f"{here}.netns: host {vm.host} has no vm_prefix in the topology (the "
+                                        "block its VMs' addresses come from, which the fabric routes to it)")
+                    elif ipaddress.IPv4Address(address) not in block:
+                        problems.append(f"{here}.address: {address} is not in host {vm.host}'s vm_prefix {block}")
+            if address in addresses:
+                problems.append(f"{here}.address: {address} is also {addresses[address]}'s")
+            addresses.setdefault(address, here)
     for h in cfg.agents.hosts:
         if h not in hosts:
             problems.append(f"agents.hosts.{h}: {h!r} is not a host of the topology")

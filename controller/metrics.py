@@ -54,6 +54,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], str]] = {
                                                  "a VM's WC rate leaving its host (agent class counters)"),
     "bwfabric_agent_connected": ("gauge", ("host",), "1 while the controller's session to the agent is up"),
     "bwfabric_agent_in_force": ("gauge", ("host",), "1 if the agent's kernel matches its configuration"),
+    "bwfabric_vm_in_force": ("gauge", ("tenant", "vm", "host"), "1 if a VM's kernel objects (a VM in a network "
+                             "namespace of its own) match its configuration"),
     "bwfabric_agent_config_age_seconds": ("gauge", ("host",), "time since the agent last confirmed a push"),
     "bwfabric_agent_config_version": ("gauge", ("host",), "configuration version the agent confirmed"),
     "bwfabric_agent_pushes": ("counter", ("host",), "configurations the agent confirmed"),

@@ -34,7 +34,8 @@ class NetworkView:
         self.hosts = [h.name for h in topo.hosts]
         self.switches = sorted(sw.name for sw in topo.switches)
         self._by_dpid = {sw.dpid: sw.name for sw in topo.switches}
-        self._by_ip = {h.ip: h.name for h in topo.hosts}
+        self._by_ip: dict[str, str | None] = {h.ip: h.name for h in topo.hosts}
+        self._prefixed = any(h.vm_prefix for h in topo.hosts)
         self._port_peer = {(u, d["port"]): v for u, v, d in g.edges(data=True)}
         self._dist_cache: dict[str, dict[str, int]] = {}
         self.version = 0  # bumped on every link state change
@@ -47,7 +48,18 @@ class NetworkView:
         return self.graph.nodes[switch]["dpid"]
 
     def host_by_ip(self, ip: str) -> str | None:
-        return self._by_ip.get(ip)
+        """The host an address lives at: its own address, or one of its
+        VMs' (in its vm_prefix)."""
+        host = self._by_ip.get(ip)
+        if host is None and self._prefixed:
+            host = self._by_ip[ip] = self.topo.host_of_address(ip)     # cached, misses too
+            if len(self._by_ip) > 100_000:                              # flow keys are input: bounded
+                self._by_ip = {h.ip: h.name for h in self.topo.hosts}
+        return host
+
+    def vm_prefix(self, host: str) -> str | None:
+        """The host's VM block (CIDR), if it carries VMs behind its NIC."""
+        return self.topo.host(host).vm_prefix
 
     def ip(self, host: str) -> str:
         return self.graph.nodes[host]["ip"]

@@ -150,12 +150,10 @@ def samples(rt: Runtime):
     for lk in loaded.topology.links:
         for a, b in ((lk.a, lk.b), (lk.b, lk.a)):
             yield "bwfabric_link_capacity_bytes_per_second", {"src": a, "dst": b}, lk.capacity_mbps * 1e6 / 8
-    vms = loaded.vms()
-    for host, (tenant, name, vm) in vms.items():
-        yield ("bwfabric_tenant_guarantee_bytes_per_second", {"tenant": tenant, "vm": name, "host": host},
-               vm.guarantee_mbps * 1e6 / 8)
-    guarantees = {h: vm.guarantee_mbps for h, (_, _, vm) in vms.items()}
-    for row in admission.headroom(loaded.topology, guarantees, loaded.cfg.admission.mu):
+    for p in loaded.vms().values():
+        yield ("bwfabric_tenant_guarantee_bytes_per_second", {"tenant": p.tenant, "vm": p.name, "host": p.host},
+               p.vm.guarantee_mbps * 1e6 / 8)
+    for row in admission.headroom(loaded.topology, loaded.guarantees(), loaded.cfg.admission.mu):
         yield ("bwfabric_admission_headroom_bytes_per_second", {"cut": row["cut"]},
                (row["limit_mbps"] - row["crossing_mbps"]) * 1e6 / 8)
 

@@ -1,7 +1,9 @@
 """Serialisable topology description: what the controller knows of the fabric.
 
 A description lists switches (name, datapath id, role, pod), hosts (name, IP,
-MAC) and links (both ends with their port numbers, capacity, queue size).
+MAC, and for a server of several VMs its ``vm_prefix``, the block their
+addresses come from) and links (both ends with their port numbers,
+capacity, queue size).
 Mininet topologies write one (`mininet_topos`), the controller reads one, and
 `bwfabric check-config` validates one without starting anything.
 
@@ -63,9 +65,17 @@ class Switch:
 
 @dataclass(frozen=True)
 class Host:
+    """A server. ``vm_prefix`` (CIDR) is the block its VMs' own addresses
+    come from, when it carries VMs in namespaces of their own behind its
+    NIC: the fabric routes the block to the host's port, as it routes the
+    host's own address (a routed hypervisor)."""
     name: str
     ip: str
     mac: str
+    vm_prefix: str | None = None
+
+    def network(self) -> ipaddress.IPv4Network | None:
+        return None if self.vm_prefix is None else ipaddress.IPv4Network(self.vm_prefix)
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,7 @@ class TopologyDescription:
             "mtu": self.mtu,
             "params": dict(self.params),
             "switches": [asdict(s) for s in self.switches],
-            "hosts": [asdict(h) for h in self.hosts],
+            "hosts": [{k: v for k, v in asdict(h).items() if v is not None or k != "vm_prefix"} for h in self.hosts],
             "links": [asdict(lk) for lk in self.links],
         }
 
@@ -181,6 +191,7 @@ class TopologyDescription:
             elif h.mac in macs:
                 problems.append(f"{where}: duplicate mac {h.mac} (also {macs[h.mac]})")
             macs.setdefault(h.mac, h.name)
+        self._check_prefixes(problems)
         ports: dict[tuple[str, int], str] = {}
         linked: set[str] = set()
         for i, lk in enumerate(self.links):
@@ -247,6 +258,44 @@ class TopologyDescription:
         return []
 
     # ---- convenience ---------------------------------------------------
+    def _check_prefixes(self, problems: list[str]) -> None:
+        """VM blocks: IPv4 networks (/8 to /32) of no other host's, holding
+        no host's own address."""
+        nets: list[tuple[ipaddress.IPv4Network, str]] = []
+        for i, h in enumerate(self.hosts):
+            if h.vm_prefix is None:
+                continue
+            where = f"hosts[{i}] ({h.name})"
+            try:
+                net = ipaddress.IPv4Network(h.vm_prefix, strict=True)
+            except ValueError as exc:
+                problems.append(f"{where}: vm_prefix {h.vm_prefix!r} is not an IPv4 network ({exc})")
+                continue
+            if not 8 <= net.prefixlen <= 32:
+                problems.append(f"{where}: vm_prefix {net} must be /8 to /32")
+                continue
+            for other in self.hosts:
+                if host_address_problem(other.ip) is None and ipaddress.IPv4Address(other.ip) in net:
+                    problems.append(f"{where}: vm_prefix {net} holds host {other.name}'s address {other.ip}")
+            for seen, owner in nets:
+                if net.overlaps(seen):
+                    problems.append(f"{where}: vm_prefix {net} overlaps {owner}'s {seen}")
+            nets.append((net, h.name))
+
+    def host_of_address(self, ip: str) -> str | None:
+        """The host an address lives at: its own, or in its VM block."""
+        for h in self.hosts:
+            if h.ip == ip:
+                return h.name
+        try:
+            addr = ipaddress.IPv4Address(ip)
+        except ValueError:
+            return None
+        for h in self.hosts:
+            if h.vm_prefix is not None and addr in ipaddress.IPv4Network(h.vm_prefix):
+                return h.name
+        return None
+
     def host(self, name: str) -> Host:
         for h in self.hosts:
             if h.name == name:
@@ -255,10 +304,10 @@ class TopologyDescription:
 
 
 _SWITCH_TYPES = {"name": str, "dpid": int, "role": str, "pod": (int, type(None))}
-_HOST_TYPES = {"name": str, "ip": str, "mac": str}
+_HOST_TYPES = {"name": str, "ip": str, "mac": str, "vm_prefix": (str, type(None))}
 _LINK_TYPES = {"a": str, "a_port": int, "b": str, "b_port": int,
                "capacity_mbps": (int, float), "queue_bytes": (int, type(None))}
-_OPTIONAL = {"pod", "queue_bytes"}
+_OPTIONAL = {"pod", "queue_bytes", "vm_prefix"}
 
 
 def _check_keys(where: str, item: dict, required: set[str], optional: set[str],

@@ -19,6 +19,7 @@ Tuning, applied after ``net.start()`` on both ends of every link:
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import subprocess
@@ -117,14 +118,23 @@ def _quiet_htb_quantum_warnings() -> None:
 
 class Fabric:
     def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None,
-                 wc_aqm: bool = True, delays: dict | None = None):
+                 wc_aqm: bool = True, delays: dict | None = None, vms: tuple = ()):
         """``queues``: None, or a BG/WC queue back-end for every switch port
         (``tc`` on userspace OVS; see mininet_topos.queues); ``wc_aqm``:
         random early drop of WC packets on those ports (tc back-end);
         ``delays``: {(a, b): mininet_topos.delayline.DelayLine options
         (``delay_us``, ``jitter_us``, ``on_ms``, ``off_ms``, ``off_gap_us``)}
-        -- those links go through a delay line (this kernel has no netem)."""
+        -- those links go through a delay line (this kernel has no netem);
+        ``vms``: :class:`mininet_topos.vms.VmSpec` -- VMs in namespaces of
+        their own behind their servers' NICs (their servers need a
+        vm_prefix; issue #32 §4)."""
         self.topo = topo
+        self.vms = tuple(vms)
+        for spec in self.vms:
+            block = topo.host(spec.host).network()
+            if block is None or ipaddress.IPv4Address(spec.address) not in block:
+                raise FabricError(f"VM {spec.netns}: {spec.address} is not in host {spec.host}'s vm_prefix "
+                                  f"({topo.host(spec.host).vm_prefix})")
         self.delays = dict(delays or {})
         self.delay_lines: dict = {}
         self.of_port = of_port
@@ -153,15 +163,26 @@ class Fabric:
                               "is running (or its hosts outlived it); stop it first -- starting over it would "
                               "delete its bridges")
         ovs.delete_bridges(ours)  # stale bridges of ours from an interrupted run (no port left on them)
-        self.net = Mininet(
-            topo=DescribedTopo(self.topo, delays=self.delays),
-            switch=partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure"),
-            link=TCLink,
-            controller=partial(RemoteController, ip="127.0.0.1", port=self.of_port),
-            autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        from mininet_topos import vms
+        made = []
         try:
+            for spec in self.vms:           # before the hosts: each copies the machine's mounts when made
+                vms.create(spec)
+                made.append(spec)
+        except vms.VmError:
+            for spec in made:
+                vms.unplug(spec)
+            raise
+        try:
+            self.net = Mininet(
+                topo=DescribedTopo(self.topo, delays=self.delays),
+                switch=partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure"),
+                link=TCLink,
+                controller=partial(RemoteController, ip="127.0.0.1", port=self.of_port),
+                autoSetMacs=False, autoStaticArp=False, waitConnected=False)
             self.net.start()
             self._tune()
+            self._plug_vms()
             if self.queues:
                 self._queues()
             self._delay_lines()
@@ -171,6 +192,9 @@ class Fabric:
         return self
 
     def stop(self) -> None:
+        from mininet_topos import vms
+        for spec in self.vms:
+            vms.unplug(spec)
         for line in self.delay_lines.values():
             try:
                 line.stop()
@@ -228,6 +252,23 @@ class Fabric:
                 out = host.cmd(f"{host_tcp_command()} >/dev/null 2>&1 || echo FAILED")
                 if "FAILED" in out:
                     raise FabricError(f"{host.name}: could not set its TCP defaults ({host_tcp_command()})")
+
+    def _plug_vms(self) -> None:
+        """Each VM's namespace, link and routes at its server; its TCP
+        defaults as every host's."""
+        from mininet_topos import vms
+        count: dict[str, int] = {}
+        for spec in self.vms:
+            index = count[spec.host] = count.get(spec.host, -1) + 1
+            vms.plug(self.host(spec.host).pid, f"{spec.host}-eth0", spec, index, self.topo.mtu)
+            res = subprocess.run(["ip", "netns", "exec", spec.netns, "sh", "-c", host_tcp_command()],
+                                 capture_output=True, text=True)
+            if res.returncode != 0:
+                raise FabricError(f"VM {spec.netns}: could not set its TCP defaults: {res.stderr.strip()}")
+
+    def vm(self, netns: str):
+        """A VM's spec by its namespace name."""
+        return next(s for s in self.vms if s.netns == netns)
 
     def _delay_lines(self) -> None:
         """A delay line in each delay node, between its two interfaces."""

@@ -148,12 +148,29 @@ class Tuning(_Strict):
                                    "alpha is the largest of this long")
 
 
+VM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,31})?$"   # tenant/vm
+
+
 class HostSettings(Tuning):
-    """The host's own shape (from the topology) and its tuning."""
+    """The VM's shape -- its host, interface, address, NIC rate -- and its
+    tuning. A host that is its own VM leaves ``vm_id`` and ``netns`` out; a
+    host of several VMs names each and gives each its network namespace
+    (``ip netns`` name) and the VM's interface in it."""
     host: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     interface: str = Field(pattern=r"^[^/:\s]{1,15}$")
     address: IPv4Address
     nic_mbps: float = Field(gt=0, le=MAX_NIC_MBPS)
+    vm_id: str | None = Field(None, pattern=VM_NAME)
+    netns: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    nic: str | None = Field(None, pattern=r"^[^/:\s]{1,15}$")      # the host's NIC, for a VM in a netns
+
+    @model_validator(mode="after")
+    def _named_with_a_namespace(self) -> "HostSettings":
+        if self.netns is not None and self.vm_id is None:
+            raise ValueError("a VM in a network namespace of its own needs a name (vm_id)")
+        if (self.nic is None) != (self.netns is None):
+            raise ValueError("a VM in a network namespace of its own names its host's NIC (nic), and only it")
+        return self
 
 
 class LrcPeer(_Strict):
@@ -302,6 +319,11 @@ class HostConfig(_Strict):
         return super().__getattr__(name)
 
     @property
+    def vm_name(self) -> str:
+        """The VM's name at its agent: ``vm_id``, or the host's for a host that is its own VM."""
+        return self.settings.vm_id or self.settings.host
+
+    @property
     def a_l(self) -> float:
         return competition_level(self.policy, self.guarantee_mbps, self.unit_mbps, self.competition)
 
@@ -444,6 +466,36 @@ class Plan:
 
 
 # ---- planners ---------------------------------------------------------------------------------
+NIC_WC_FLOOR = 0.01     # WC's guaranteed share of a NIC or port carrying both classes (HTB needs some rate)
+
+
+def nic_plan(dev: str, rate_bps: float, queue_bytes: int, wc_floor_fraction: float = NIC_WC_FLOOR) -> list:
+    """BG before WC on a link that carries both, keyed on the ToS the
+    senders set (0x20 WC; the rest, and non-IP, BG): 1:10 BG (prio 0) holds
+    the rate less WC's floor, 1:20 WC (prio 1) borrows what BG leaves. For a
+    switch port (the emulator's tc back-end) and for a server's NIC in
+    front of its VMs (issue #32 §4: one VM's WC must not queue another's
+    BG)."""
+    rate = int(rate_bps)
+    floor = max(8000, int(rate * wc_floor_fraction))
+    if rate <= floor * 2 or queue_bytes <= 0 or not 0 < wc_floor_fraction < 0.5:
+        raise PlanError(f"{dev}: need a rate above twice WC's floor, queue_bytes > 0, 0 < floor fraction < 0.5")
+    return [
+        TcQdisc(dev, TC_HANDLE, CLASS_BG),             # unmatched (ToS 0x00, non-IP): BG
+        TcClass(dev, CLASS_ROOT, TC_HANDLE, rate, rate, 0),
+        TcClass(dev, CLASS_BG, CLASS_ROOT, rate - floor, rate, 0),
+        TcLeaf(dev, CLASS_BG, "1010:", queue_bytes),
+        TcClass(dev, CLASS_WC, CLASS_ROOT, floor, rate, 1),
+        TcLeaf(dev, CLASS_WC, "1020:", queue_bytes),
+        TcFilter(dev, 1, (TOS_WC, TOS_MASK), CLASS_WC),
+    ]
+
+
+def nic_queue_bytes(rate_bps: float) -> int:
+    """A NIC class's FIFO: 20 ms at its rate, at least 150 frames of 1500 B."""
+    return max(150 * 1500, int(rate_bps * 0.02 / 8))
+
+
 def sysctl_plan(cfg: HostConfig, rcvbuf_bytes: int | None = None) -> list[Sysctl]:
     """MPTCP on; BG subflows' default congestion control; Eq. 1's buffer as
     tcp_rmem's ceiling (and its initial size, up to ``rcvbuf_initial_kb``)

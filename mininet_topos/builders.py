@@ -23,6 +23,32 @@ def host_ip(index: int) -> str:
     return f"10.0.{index // 200}.{index % 200 + 1}"
 
 
+def vm_block(index: int) -> str:
+    """Host ``index``'s VM block (issue #32 §4): a /28 of 10.0.0.0/16 above
+    every host address (hosts use 10.0.0-99.x), so on-link for every host."""
+    if not 0 <= index < 156 * 16:
+        raise ValueError(f"vm_block: host index {index} beyond 2496 hosts")
+    return f"10.0.{100 + index // 16}.{(index % 16) * 16}/28"
+
+
+def with_vm_blocks(topo: TopologyDescription) -> TopologyDescription:
+    """``topo`` with every host given its VM block (:func:`vm_block`)."""
+    from dataclasses import replace
+    hosts = [replace(h, vm_prefix=vm_block(i)) for i, h in enumerate(topo.hosts)]
+    out = TopologyDescription(topo.name, topo.switches, hosts, topo.links, mtu=topo.mtu, params=dict(topo.params))
+    out.validate()
+    return out
+
+
+def vm_address(topo: TopologyDescription, host: str, slot: int) -> str:
+    """The ``slot``-th VM address (1..15) in ``host``'s block."""
+    import ipaddress
+    net = ipaddress.IPv4Network(topo.host(host).vm_prefix)
+    if not 1 <= slot < net.num_addresses:
+        raise ValueError(f"vm_address: slot {slot} outside {net}")
+    return str(net.network_address + slot)
+
+
 def host_mac(index: int) -> str:
     n = index + 1
     return f"02:00:00:00:{(n >> 8) & 0xFF:02x}:{n & 0xFF:02x}"

@@ -35,13 +35,18 @@ class VmInfo:
     ip: str
     guarantee_mbps: float
     weight: float
+    agent_name: str = ""        # the VM's name at its host's agent: its host's, or "tenant/vm" in a netns
+
+    @property
+    def key(self) -> str:
+        return self.agent_name or self.host
 
 
 def vms_by_ip(loaded) -> dict[str, VmInfo]:
     out = {}
-    for host, (tenant, name, vm) in loaded.vms().items():
-        ip = loaded.topology.host(host).ip
-        out[ip] = VmInfo(tenant, name, host, ip, vm.guarantee_mbps, vm.weight)
+    for p in loaded.vms().values():
+        out[p.address] = VmInfo(p.tenant, p.name, p.host, p.address, p.vm.guarantee_mbps, p.vm.weight,
+                                p.id if p.netns else p.host)
     return out
 
 
@@ -84,11 +89,14 @@ class LrcController:
             self.factors.params = params
 
     def pairs_from(self, reports: dict[str, dict]) -> dict[tuple[str, str], dict]:
-        """(sender ip, receiver ip) -> the sender agent's report of it, for
-        pairs within one tenant whose sender is the reporting host."""
+        """(sender ip, receiver ip) -> the sender's report of it, for pairs
+        within one tenant whose sender is the reporting VM. ``reports`` are
+        keyed by the VMs' names at their agents (a host that is its own VM:
+        the host's name)."""
         out = {}
-        for host, pairs in sorted(reports.items()):
-            src = next((v for v in self.vms.values() if v.host == host), None)
+        by_key = {v.key: v for v in self.vms.values()}
+        for key, pairs in sorted(reports.items()):
+            src = by_key.get(key)
             if src is None or not isinstance(pairs, dict):
                 continue
             for peer, rep in pairs.items():
@@ -100,7 +108,7 @@ class LrcController:
         return out
 
     def round(self, loads_bps: dict, reports: dict[str, dict]) -> dict[str, dict[str, list[float]]]:
-        """One τ_r round -> per sending host, its pairs' [r̃_i, w_i, B_i]."""
+        """One τ_r round -> per sending VM (its name at its agent), its pairs' [r̃_i, w_i, B_i]."""
         self.rounds += 1
         pairs = self.pairs_from(reports)
         if not pairs:
@@ -123,7 +131,7 @@ class LrcController:
         for (s, d), pp in paths.items():
             if not pp.links:
                 continue
-            out.setdefault(self.vms[s].host, {})[d] = [self.factors.pair_factor((s, d)), pp.weight, pp.guarantee_mbps]
+            out.setdefault(self.vms[s].key, {})[d] = [self.factors.pair_factor((s, d)), pp.weight, pp.guarantee_mbps]
         return out
 
     def _seed(self, pairs: dict, paths: dict) -> None:

@@ -73,8 +73,8 @@ class LrcService:
             rep = s.lrc_report() if s is not None else None
             if rep is None:
                 continue
-            sent, acked, pairs = rep
-            reports[host] = pairs
+            sent, acked, per_vm = rep
+            reports.update(per_vm)
             if sent is not None and sent > self.counted.get(host, 0.0):     # each round's reply once
                 self.counted[host] = sent
                 self.delays = (self.delays + [acked - sent])[-100:]
@@ -84,7 +84,9 @@ class LrcService:
         for host in self._lrc_hosts():
             s = self.sessions.session(host)
             if s is not None:
-                s.push_rates({"factors": out.get(host, {})}, token=token)
+                names = sorted(v.key for v in self.ctrl.vms.values() if v.host == host)
+                s.push_rates({"factors": out.get(host, {})} if names == [host] else
+                             {"vms": {n: out.get(n, {}) for n in names}}, token=token)
         self.last_round_s = time.monotonic() - token
 
     def _lrc_hosts(self) -> list[str]:
@@ -100,7 +102,7 @@ class LrcService:
                 "last_round_s": self.last_round_s,
                 "pairs": [{"src": s, "dst": d, "weight": pp.weight, "guarantee_mbps": pp.guarantee_mbps,
                            "r_tilde_mbps": f.pair_factor((s, d)) if pp.links else None,
-                           "reported": self.last_reports.get(self.ctrl.vms[s].host, {}).get(d)
+                           "reported": self.last_reports.get(self.ctrl.vms[s].key, {}).get(d)
                            if s in self.ctrl.vms else None}
                           for (s, d), pp in sorted(f.pairs.items())],
                 "factors": [{"src": a, "dst": b, "r_mbps": r} for (a, b), r in sorted(f.r.items())]}

@@ -19,7 +19,9 @@ Beyond OVS's 64-bucket dp_hash limit the plain layout is used.
 
 ARP is routed like IP by its target address (``arp_tpa``) along the
 single-path tree: requests reach only their target, no flooding, no controller
-round trip.
+round trip. A host carrying VMs behind its NIC (its ``vm_prefix``) has the
+block routed with it: masked ``ipv4_dst``/``arp_tpa`` entries beside its own
+address's, the same next hops (a routed hypervisor).
 
 With ``accounting`` (used by the traffic-engineering apps), edge switches
 also keep a learned byte counter per TCP/UDP flow from their hosts
@@ -28,6 +30,7 @@ also keep a learned byte counter per TCP/UDP flow from their hosts
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from controller import ofmsg
@@ -44,6 +47,17 @@ class _SwitchState:
     groups: dict[tuple[int, ...], int]  # bucket port layout -> group id
     flows: dict[tuple[int, int, ofmsg.Match], ofmsg.FlowMod]
     next_gid: int = GROUP_ID_BASE
+
+
+def _targets(view: NetworkView, host: str) -> list:
+    """What routes to a host: its address, and its VM block as a masked
+    match (``(network, netmask)``) when it carries VMs behind its NIC."""
+    prefix = view.vm_prefix(host)
+    if prefix is None:
+        return [view.ip(host)]
+    net = ipaddress.IPv4Network(prefix)
+    block = str(net.network_address) if net.prefixlen == 32 else (str(net.network_address), str(net.netmask))
+    return [view.ip(host), block]
 
 
 class DestinationRouting:
@@ -107,10 +121,11 @@ class DestinationRouting:
             single = self.single_next_hop(switch, dst)
             if single is None:
                 continue  # unreachable now: no entry, packets drop
-            ip = view.ip(dst)
-            arp = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_ARP, arp_tpa=ip)
-            flows[(TABLE_FORWARD, PRIO_ROUTE, arp)] = ofmsg.flow_add(
-                TABLE_FORWARD, PRIO_ROUTE, arp, [ofmsg.Output(view.port(switch, single))], cookie=ck)
+            targets = _targets(view, dst)
+            for target in targets:
+                arp = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_ARP, arp_tpa=target)
+                flows[(TABLE_FORWARD, PRIO_ROUTE, arp)] = ofmsg.flow_add(
+                    TABLE_FORWARD, PRIO_ROUTE, arp, [ofmsg.Output(view.port(switch, single))], cookie=ck)
             hops = view.next_hops(switch, dst)
             if self.multipath and len(hops) > 1:
                 layout = self.bucket_layout(switch, [view.port(switch, h) for h in hops])
@@ -120,10 +135,11 @@ class DestinationRouting:
                 action: ofmsg.Action = ofmsg.GroupAction(state.groups[layout])
             else:
                 action = ofmsg.Output(view.port(switch, single))
-            match = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ipv4_dst=ip)
             actions = [ofmsg.Resubmit(TABLE_ACCOUNT), action] if count else [action]
-            flows[(TABLE_FORWARD, PRIO_ROUTE, match)] = ofmsg.flow_add(
-                TABLE_FORWARD, PRIO_ROUTE, match, actions, cookie=ck)
+            for target in targets:
+                match = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ipv4_dst=target)
+                flows[(TABLE_FORWARD, PRIO_ROUTE, match)] = ofmsg.flow_add(
+                    TABLE_FORWARD, PRIO_ROUTE, match, actions, cookie=ck)
         return flows
 
     def _used_groups(self, state: _SwitchState, flows) -> dict[int, tuple[int, ...]]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from controller.contract import QUEUE_BG, QUEUE_WC, TOS_MASK, TOS_WC
+from controller.contract import QUEUE_BG, QUEUE_WC
 from hostagent import plan as P
 
 WC_FLOOR_FRACTION = 0.01   # WC's guaranteed share of a port (HTB needs some rate)
@@ -53,17 +53,9 @@ class PortQueues:
 
 def tc_plan(q: PortQueues) -> list:
     """HTB tree on one switch port (steps of :mod:`hostagent.plan`, applied by
-    its executor): 1:10 BG (prio 0), 1:20 WC (prio 1), ToS 0x20 -> WC."""
-    bg_rate = q.rate_bps - q.wc_floor_bps
-    return [
-        P.TcQdisc(q.port, P.TC_HANDLE, P.CLASS_BG),           # unmatched (ToS 0x00, non-IP): BG
-        P.TcClass(q.port, P.CLASS_ROOT, P.TC_HANDLE, q.rate_bps, q.rate_bps, 0),
-        P.TcClass(q.port, P.CLASS_BG, P.CLASS_ROOT, bg_rate, q.rate_bps, 0),
-        P.TcLeaf(q.port, P.CLASS_BG, "1010:", q.queue_bytes),
-        P.TcClass(q.port, P.CLASS_WC, P.CLASS_ROOT, q.wc_floor_bps, q.rate_bps, 1),
-        P.TcLeaf(q.port, P.CLASS_WC, "1020:", q.queue_bytes),
-        P.TcFilter(q.port, 1, (TOS_WC, TOS_MASK), P.CLASS_WC),
-    ]
+    its executor): 1:10 BG (prio 0), 1:20 WC (prio 1), ToS 0x20 -> WC --
+    the agent's own NIC plan (:func:`hostagent.plan.nic_plan`)."""
+    return P.nic_plan(q.port, q.rate_bps, q.queue_bytes, q.wc_floor_bps / q.rate_bps)
 
 
 def ovsdb_plan(q: PortQueues) -> list[str]:

@@ -244,8 +244,7 @@ def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
            "peers": {"10.9.0.2": {"weight": 1.0, "guarantee_mbps": 40}, "10.9.0.3": {"weight": 3.0,
                                                                                    "guarantee_mbps": 40}}}
     cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc, "demote_bg": marker})
-    out: dict = {"apply": a._put_with_lrc(cfg)}
-    a.config = cfg
+    out: dict = {"apply": a._vm(cfg).put_with_lrc(cfg)}
 
     def classes():
         st = read_tc("ag0")
@@ -300,7 +299,7 @@ def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
         times.append(time.perf_counter() - t0)
     snap("after_updates", dids[-1])
     out["update_ms"] = sorted(x * 1e3 for x in times)
-    out["repairs"] = a.lrc_repairs
+    out["repairs"] = a.vm().lrc_repairs
     out["update_did"] = dids
     time.sleep(1.6)                       # no packets for longer than pair_idle_s
     snap("idle", a.lrc_round())

@@ -58,9 +58,17 @@ class LocalAgent:
         self.sock = None
 
     def start(self) -> "LocalAgent":
+        """(VMs in namespaces of their own get recording executors too, in
+        ``vm_executors``; their namespaces are not entered: these tests are
+        about the channel.)"""
+        from contextlib import nullcontext
         self.executor = RecordingExecutor()
+        self.vm_executors: dict[str, RecordingExecutor] = {}
+
+        def factory(name, netns):
+            return self.vm_executors.setdefault(name, RecordingExecutor())
         self.agent = Agent(self.host, host_key(MASTER, self.host), self.workdir / f"state-{self.host}",
-                           executor=self.executor)
+                           executor=self.executor, executor_factory=factory, enter=lambda ns: nullcontext())
         self.sock = listen(self.address)
         self.thread = threading.Thread(target=self.agent.serve, args=(self.sock,), daemon=True)
         self.thread.start()

@@ -28,14 +28,14 @@ def test_one_closer_per_address_kept_across_rounds(tmp_path, monkeypatch):
     CountingCloser.made = []
     a = Agent("h1", b"k" * 32, tmp_path / "state", executor=RecordingExecutor())
     assert a.ese_round() == "idle" and CountingCloser.made == []            # no configuration
-    a.config = HostConfig.from_dict({**BASE, "mptcp_cc": "lia"})
+    a.put_in_force(HostConfig.from_dict({**BASE, "mptcp_cc": "lia"}), None)
     assert a.ese_round() == "idle" and CountingCloser.made == []            # not MPTCP-D
-    a.config = HostConfig.from_dict({**BASE, "mptcp_cc": "mptcp_d"})
+    a.put_in_force(HostConfig.from_dict({**BASE, "mptcp_cc": "mptcp_d"}), None)
     for _ in range(5):
         a.ese_round()
     assert len(CountingCloser.made) == 1 and CountingCloser.made[0].rounds == 5
     assert CountingCloser.made[0].addresses == ["10.0.0.1"]
-    a.config = HostConfig.from_dict({**BASE, "mptcp_cc": "mptcp_d", "address": "10.0.0.2"})
+    a.put_in_force(HostConfig.from_dict({**BASE, "mptcp_cc": "mptcp_d", "address": "10.0.0.2"}), None)
     a.ese_round()
     assert [c.addresses for c in CountingCloser.made] == [["10.0.0.1"], ["10.0.0.2"]]
     assert a.status()["ese"]["closed"] == 0

@@ -113,3 +113,37 @@ def test_a_malformed_sample_is_dropped_and_counted_not_a_failed_scrape():
     assert 'bwfabric_metrics_provider_errors_total{provider="bad"} 4.0' in text
     assert not [line for line in text.splitlines() if line.startswith(("bwfabric_agent_class_bytes", "bwfabric_nonsense",
                                                                        "bwfabric_agent_pushes"))]
+
+
+# ---- hosts of several VMs (issue #32 §4) --------------------------------------------------------
+def test_a_rates_reply_per_vm_is_checked_per_vm_and_the_flat_one_is_the_hosts_own():
+    from controller.agent_sessions import check_vm_reports
+    peer = ip(L, "s5")
+    kept, problems = check_vm_reports({"pairs": {peer: dict(GOOD)}}, "s1")        # an agent before #32 §4
+    assert kept == {"s1": {peer: GOOD}} and not problems
+    kept, problems = check_vm_reports({"pairs": {}, "vms": {"t/a": {peer: dict(GOOD)},
+                                                           "t/b": {peer: {"v_mbps": math.inf}},
+                                                           "../x": {}, "t/c": 5}}, "s1")
+    assert kept == {"t/a": {peer: GOOD}, "t/b": {}, "t/c": {}} and len(problems) == 3, problems
+    assert any("VM t/b: pair" in p for p in problems) and any("'../x'" in p for p in problems)
+    assert any("VM t/c: pairs must be an object" in p for p in problems)
+    assert check_vm_reports({"vms": {f"t/v{i}": {} for i in range(300)}}, "s1") == ({}, ["300 VMs, at most 256"])
+    assert check_vm_reports({"vms": []}, "s1")[1] == ["vms must be an object, got list"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.one_of(st.sampled_from(["t/a", "s1", "x/y/z", ""]), st.text(max_size=8)),
+                       st.one_of(_number, st.dictionaries(st.sampled_from(["in_force", "class_bytes", "degraded",
+                                                                           "vms", "differences"]),
+                                                          st.one_of(_number, st.lists(_number, max_size=2),
+                                                                    st.dictionaries(st.text(max_size=6), _number,
+                                                                                    max_size=2)), max_size=4)),
+                       max_size=4))
+def test_a_status_replys_vms_are_each_checked_like_a_status_reply(vms):
+    problems = status_problems({"in_force": True, "vms": vms})
+    for name, one in vms.items():
+        bad_name = not isinstance(name, str) or not name or name.count("/") > 1
+        if bad_name or not isinstance(one, dict) or "vms" in one or status_problems(one):
+            assert any(f"vms[{name!r:.40}]" in p or f"vms[{name}]" in p for p in problems), (name, one, problems)
+    if not problems:
+        assert all(isinstance(v, dict) and not status_problems(v) for v in vms.values())

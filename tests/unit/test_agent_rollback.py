@@ -43,7 +43,7 @@ def test_a_failed_apply_puts_the_previous_configuration_back(tmp_path):
     ex.fail_next = 1
     with pytest.raises(ExecError, match="the previous one is in force \\(verified\\)"):
         a.put_in_force(HostConfig.from_dict({**BASE, "guarantee_mbps": 20}), None)
-    assert a.config == first and a.degraded is None
+    assert a.vm().config == first and a.vm().degraded is None
     # the rollback applied the first configuration's plan again: same steps as its first apply
     assert len(ex.applied) == 2 and ex.applied[1] == ex.applied[0]
 
@@ -53,7 +53,7 @@ def test_a_failed_first_configuration_leaves_nothing(tmp_path):
     ex.fail_next = 1
     with pytest.raises(ExecError, match="nothing is in force \\(verified\\)"):
         a.put_in_force(HostConfig.from_dict(BASE), None)
-    assert a.config is None and ex.torn_down == 1
+    assert a.vm().config is None and ex.torn_down == 1
 
 
 def test_a_failed_rollback_is_reported_as_degraded(tmp_path):
@@ -62,7 +62,7 @@ def test_a_failed_rollback_is_reported_as_degraded(tmp_path):
     ex.fail_next = 2            # the new one and the way back both fail
     with pytest.raises(ExecError, match="degraded"):
         a.put_in_force(HostConfig.from_dict({**BASE, "guarantee_mbps": 20}), None)
-    assert a.config is None and a.degraded and not a.status()["in_force"]
+    assert a.vm().config is None and a.vm().degraded and not a.status()["in_force"]
 
 
 def test_a_rollback_the_kernel_does_not_confirm_is_degraded(tmp_path):
@@ -71,4 +71,4 @@ def test_a_rollback_the_kernel_does_not_confirm_is_degraded(tmp_path):
     ex.fail_next, ex.left = 1, ["class 1:10: rate 20000000 (want 10000000)"]
     with pytest.raises(ExecError, match="kernel differs after the rollback"):
         a.put_in_force(HostConfig.from_dict({**BASE, "guarantee_mbps": 20}), None)
-    assert a.degraded
+    assert a.vm().degraded

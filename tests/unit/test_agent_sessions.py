@@ -52,7 +52,8 @@ def fabric(tmp_path):
 
 
 def in_force(agent: LocalAgent):
-    return agent.agent.config
+    """The configuration in force at a host that is its own VM (None: none)."""
+    return agent.agent.vm().config if agent.agent.vms else None
 
 
 def test_every_agent_gets_its_configuration_from_the_tenants(fabric):
@@ -60,7 +61,7 @@ def test_every_agent_gets_its_configuration_from_the_tenants(fabric):
     sessions, loaded = make()
     sessions.start(loaded, version=1)
     wait_for(lambda: all(in_force(a) is not None for a in agents.values()))
-    assert {h: a.agent.config.guarantee_mbps for h, a in agents.items()} == {h: 2 for h in HOSTS}
+    assert {h: in_force(a).guarantee_mbps for h, a in agents.items()} == {h: 2 for h in HOSTS}
     assert all((a.agent.generation, a.agent.version) == (1000, 1) for a in agents.values())
     wait_for(lambda: all(s["version_in_force"] == 1 and s["in_force"] for s in sessions.states()))
 
@@ -92,7 +93,7 @@ def test_a_stale_controller_cannot_overwrite_a_newer_one(fabric):
         return next(s for s in stale.states() if s["host"] == "h1")
     # h1's own refusal (waiting for any host's, then reading h1's, failed about 1 run in 7)
     wait_for(lambda: h1()["refusals"] and h1()["superseded_by"] is not None)
-    assert agents["h1"].agent.config.guarantee_mbps == 2 and agents["h1"].agent.generation == 2000
+    assert in_force(agents["h1"]).guarantee_mbps == 2 and agents["h1"].agent.generation == 2000
     st = h1()
     assert "generation 1000 refused" in st["last_error"] and st["superseded_by"] == 2000
     for _ in range(3):                           # three status rounds later, the stale session pushed no more
@@ -102,7 +103,7 @@ def test_a_stale_controller_cannot_overwrite_a_newer_one(fabric):
     # ...and after the agent restarts too: the generation is kept in its state directory
     agents["h1"].restart()
     wait_for(lambda: in_force(agents["h1"]) is not None)
-    assert agents["h1"].agent.config.guarantee_mbps == 2
+    assert in_force(agents["h1"]).guarantee_mbps == 2
 
 
 def test_a_change_is_pushed_to_the_hosts_it_changes_only(fabric):
@@ -115,8 +116,8 @@ def test_a_change_is_pushed_to_the_hosts_it_changes_only(fabric):
     del changed["tenants"]["t"]["vms"]["vh2"]
     what = sessions.update(loaded, config.from_data(changed), version=2)
     assert what == {"h2": "removed", "h5": "changed"}
-    wait_for(lambda: agents["h5"].agent.config.guarantee_mbps == 3)
-    wait_for(lambda: agents["h2"].agent.config is None)      # its agent removed what it had put in force
+    wait_for(lambda: in_force(agents["h5"]).guarantee_mbps == 3)
+    wait_for(lambda: in_force(agents["h2"]) is None)      # its agent removed what it had put in force
     assert agents["h2"].executor.torn_down == 1
     pushes = {s["host"]: s["pushes"] for s in sessions.states()}
     assert pushes == {"h1": 1, "h5": 2}
@@ -157,3 +158,31 @@ def test_the_rate_slot_keeps_only_the_newest_value_for_a_slow_agent(fabric):
         sessions.session("h2").push_rates({"factors": {"i": i}})
     wait_for(lambda: slow.rates == {"i": 99})
     assert slow.rates_received < 20          # a backlog would have delivered all 100
+
+
+def test_a_host_of_several_vms_gets_them_all_and_each_is_seen_on_its_own(fabric):
+    """Issue #32 §4: h5 carries two VMs in namespaces of their own; its
+    session pushes both in one configuration, and the metrics name each."""
+    import json
+
+    from controller.topology import TopologyDescription
+    agents, make, data = fabric
+    topo = json.loads((ROOT / "examples" / "fattree4.json").read_text())
+    for h in topo["hosts"]:
+        if h["name"] == "h5":
+            h["vm_prefix"] = "10.5.0.0/28"
+    data = copy.deepcopy(data)
+    data["fabric"]["topology"] = TopologyDescription.from_dict(topo).to_dict()
+    data["tenants"]["t"]["vms"]["vh5"].update(netns="ns-a", address="10.5.0.1")
+    data["tenants"]["u"] = {"vms": {"x": {"host": "h5", "guarantee_mbps": 3, "netns": "ns-b", "address": "10.5.0.2"}}}
+    sessions, loaded = make(data_=data)
+    sessions.start(loaded, version=1)
+    wait_for(lambda: set(agents["h5"].agent.vms) == {"t/vh5", "u/x"})
+    assert agents["h5"].agent.vm("u/x").config.guarantee_mbps == 3
+    assert set(agents["h5"].vm_executors) == {"t/vh5", "u/x"}
+    assert {s.dev for p in agents["h5"].executor.applied for s in p.steps} == {"h5-eth0"}     # the shared NIC
+    wait_for(lambda: set(next(s for s in sessions.states() if s["host"] == "h5")["vms"]) == {"t/vh5", "u/x"})
+    samples = [(n, lab) for n, lab, _ in sessions.samples(loaded) if n == "bwfabric_vm_in_force"]
+    assert sorted((lab["tenant"], lab["vm"], lab["host"]) for _, lab in samples) == [("t", "vh5", "h5"),
+                                                                                     ("u", "x", "h5")]
+    assert in_force(agents["h1"]).guarantee_mbps == 2                 # hosts that are their own VM: as before

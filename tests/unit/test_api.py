@@ -184,7 +184,8 @@ def test_reads_and_metrics(ctl):
     code, fabric = ctl.req("GET", "/v1/fabric")
     assert len(fabric["links"]) == 48 and fabric["admission"]["mu"] == 0.9
     assert ctl.req("GET", "/v1/tenants/web/vms/w1")[1] == {"host": "h2", "guarantee_mbps": 2.0, "weight": 1.0,
-                                                           "competition": None}
+                                                           "competition": None, "netns": None,
+                                                           "address": None, "interface": None}
     code, text = ctl.req("GET", "/metrics", token=None)
     assert code == 200
     from controller import metrics
@@ -243,7 +244,7 @@ def test_bwfabric_status_and_tenants_are_thin_clients_of_a_live_api(tmp_path):
         out = cli("status")
         assert out.returncode == 0, out.stderr
         assert f"configuration {rt.loaded.digest} version 1" in out.stdout
-        assert re.search(r"^analytics\s+a1\s+h1\s+4\.0", out.stdout, re.M)
+        assert re.search(r"^analytics\s+a1\s+h1\s+\(host's\)\s+4\.0", out.stdout, re.M)
         (tmp_path / "t.yaml").write_text("vms:\n  n1: {host: h4, guarantee_mbps: 9.5}\n")
         out = cli("tenants", "put", "new", "--file", str(tmp_path / "t.yaml"))
         assert out.returncode == 1 and "409" in out.stderr and "host h4 NIC" in out.stderr

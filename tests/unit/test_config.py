@@ -73,7 +73,8 @@ BROKEN = {
     "unknown key": (setin(("lessor", "epsilom"), 0.1), "lessor.epsilom", "unknown key"),
     "unknown section": (setin(("openflow",), {}), "openflow", "unknown key"),
     "unknown host": (setin(VM + ("host",), "h99"), "tenants.analytics.vms.a3.host", "not a host of the topology"),
-    "two VMs on one host": (setin(VM + ("host",), "h1"), "tenants.analytics.vms.a3.host", "already carries"),
+    "two VMs on one host": (setin(VM + ("host",), "h1"), "tenants.analytics.vms.a3.netns",
+                            "more VMs on a host need a netns each"),
     "NIC over-subscribed": (setin(VM + ("guarantee_mbps",), 9.5), "admission: host h9 NIC", "exceed mu 0.9"),
     "ToR over-subscribed": (lambda d: (setin(("fabric", "topology"), str(ROOT / "examples" / "bgwc-testbed.json"))(d),
                                        d.__setitem__("tenants", {"t": {"vms": {
@@ -166,7 +167,7 @@ def test_the_api_overlay_adds_replaces_and_deletes_tenants(tmp_path):
                         "batch": {"vms": {"b1": {"host": "h3", "guarantee_mbps": 2}}}}}
     loaded = config.from_data(copy.deepcopy(BASE), overlay=over)
     assert sorted(loaded.cfg.tenants) == ["analytics", "batch", "new"]
-    assert loaded.vms()["h3"][2].guarantee_mbps == 2 and "h7" not in loaded.vms()
+    assert loaded.host_vms()["h3"][0].vm.guarantee_mbps == 2 and "h7" not in loaded.host_vms()
     assert loaded.digest != config.from_data(copy.deepcopy(BASE)).digest
 
 
@@ -174,8 +175,8 @@ def test_host_configs_come_from_the_tenants():
     loaded = config.from_data(mutate(setin(("agents", "hosts"), {"h5": {"address": "unix:/x/h5.sock",
                                                                         "tuning": {"beta": 7}}})))
     cfgs = tenancy.host_configs(loaded)
-    assert sorted(cfgs) == sorted(loaded.vms())
-    h5, h3 = cfgs["h5"], cfgs["h3"]
+    assert sorted(cfgs) == sorted(loaded.host_vms())
+    h5, h3 = cfgs["h5"]["h5"], cfgs["h3"]["h3"]
     assert (h5.guarantee_mbps, h5.beta, h5.address, h5.nic_mbps) == (4, 7, "10.0.0.5", 10.0)
     assert (h3.policy, h3.guarantee_mbps, h3.beta, h3.unit_mbps) == ("equal", 1, 3, 0.75)
     assert tenancy.meter_rates(loaded)["h5"] == pytest.approx(4 * 1.05)
@@ -243,6 +244,81 @@ def test_a_tenants_mptcp_congestion_control_reaches_its_agents():
     loaded = config.from_data(mutate(setin(("tenants", "web", "mptcp_cc"), "mptcp_d")))
     cfgs = tenancy.host_configs(loaded)
     web = set(loaded.cfg.tenants["web"].vms.values())
-    kinds = {h: c.mptcp_cc for h, c in cfgs.items()}
+    kinds = {h: c[h].mptcp_cc for h, c in cfgs.items()}
     assert {kinds[vm.host] for vm in web} == {"mptcp_d"}
     assert set(kinds.values()) == {"mptcp_d", "bgwc"}          # the other tenants keep BG/WC
+
+
+# ---- several VMs on one host (issue #32 §4) ------------------------------------------------------
+def with_prefixes(data, **prefixes):
+    """The topology inline, hosts given VM blocks (host=CIDR)."""
+    topo = json.loads((ROOT / "examples" / "fattree4.json").read_text())
+    for h in topo["hosts"]:
+        if h["name"] in prefixes:
+            h["vm_prefix"] = prefixes[h["name"]]
+    data["fabric"]["topology"] = topo
+
+
+def two_on_h9(data, prefix="10.1.9.0/28", **b_over):
+    """a3 and a new web VM w9 on h9, each in a namespace of its own."""
+    with_prefixes(data, h9=prefix)
+    data["tenants"]["analytics"]["vms"]["a3"].update(netns="vm-a3", address="10.1.9.1")
+    data["tenants"]["web"]["vms"]["w9"] = {"host": "h9", "guarantee_mbps": 2, "netns": "vm-w9",
+                                           "address": "10.1.9.2", **b_over}
+
+
+def test_several_vms_on_one_host_each_get_their_own_agent_configuration():
+    loaded = config.from_data(mutate(two_on_h9))
+    assert [p.id for p in loaded.host_vms()["h9"]] == ["analytics/a3", "web/w9"]
+    assert loaded.guarantees()["h9"] == 6                                    # the NIC cut sums its VMs
+    cfgs = tenancy.host_configs(loaded)["h9"]
+    assert set(cfgs) == {"analytics/a3", "web/w9"}
+    a3, w9 = cfgs["analytics/a3"], cfgs["web/w9"]
+    assert (a3.netns, a3.address, a3.interface, a3.vm_name, a3.nic_mbps) == ("vm-a3", "10.1.9.1", "eth0",
+                                                                             "analytics/a3", 10.0)
+    assert (w9.netns, w9.address, w9.guarantee_mbps) == ("vm-w9", "10.1.9.2", 2)
+    wire = tenancy.wire(cfgs)
+    assert set(wire) == {"vms"} and set(wire["vms"]) == {"analytics/a3", "web/w9"}
+    assert "vms" not in tenancy.wire(tenancy.host_configs(loaded)["h1"])   # a host that is its own VM: flat
+    assert tenancy.meter_rates(loaded)["h9"] == pytest.approx(6 * 1.05)   # the host port carries both
+    from apps.lrc.logic import vms_by_ip
+    assert {"10.1.9.1", "10.1.9.2"} <= set(vms_by_ip(loaded))
+
+
+def test_several_vms_on_one_host_are_admitted_against_its_nic_together():
+    problems = problems_of(mutate(lambda d: two_on_h9(d, guarantee_mbps=6)))   # 4 + 6 > 0.9 x 10
+    assert any(p.startswith("admission: host h9 NIC") for p in problems), problems
+
+
+@pytest.mark.parametrize("over, where, phrase", [
+    ({"netns": "vm-a3"}, "tenants.web.vms.w9.netns", "already carries tenants.analytics.vms.a3 in namespace vm-a3"),
+    ({"address": None}, "tenants.web.vms.w9.address", "required with netns"),
+    ({"address": "10.1.9.1"}, "tenants.web.vms.w9.address", "is also tenants.analytics.vms.a3's"),
+    ({"address": "10.0.0.2"}, "tenants.web.vms.w9.address", "is host h2's address"),
+    ({"address": "224.0.0.1"}, "tenants.web.vms.w9.address", "multicast"),
+    ({"netns": None, "address": None, "host": "h1"}, "tenants.web.vms.w9.netns", "own namespace"),
+    ({"netns": None, "address": "10.1.9.2", "host": "h4"}, "tenants.web.vms.w9.address", "has the host's address"),
+    ({"netns": None, "address": None, "host": "h4", "interface": "eth1"}, "tenants.web.vms.w9.interface",
+     "only with netns"),
+    ({"netns": "a b"}, "tenants.web.vms.w9.netns", "should match pattern"),
+    ({"netns": None, "address": None}, "tenants.web.vms.w9.netns", "one in its own namespace: give each a netns"),
+    ({"address": "not-an-ip"}, "tenants.web.vms.w9.address", ""),
+    ({"address": "10.1.8.2"}, "tenants.web.vms.w9.address", "not in host h9's vm_prefix 10.1.9.0/28"),
+    ({"prefix": None}, "tenants.analytics.vms.a3.netns", "host h9 has no vm_prefix"),
+    ({"prefix": "10.1.9.0/33"}, "fabric.topology: hosts[8] (h9): vm_prefix", "not an IPv4 network"),
+    ({"prefix": "10.1.9.1/28"}, "fabric.topology: hosts[8] (h9): vm_prefix", "not an IPv4 network"),
+    ({"prefix": "10.0.0.0/24"}, "fabric.topology: hosts[8] (h9): vm_prefix", "holds host h1's address"),
+])
+def test_a_vm_of_a_shared_host_is_refused_by_name(over, where, phrase):
+    """(each names its path; the topology's own problems too)"""
+    problems = problems_of(mutate(lambda d: two_on_h9(d, **over)))
+    assert any(p.startswith(where) and phrase in p for p in problems), problems
+
+
+def test_vm_blocks_of_two_hosts_may_not_overlap_and_the_fabric_finds_each_address_s_host():
+    problems = problems_of(mutate(lambda d: with_prefixes(d, h9="10.1.9.0/28", h10="10.1.9.0/24")))
+    assert any("hosts[9] (h10): vm_prefix 10.1.9.0/24 overlaps h9's 10.1.9.0/28" in p for p in problems), problems
+    loaded = config.from_data(mutate(two_on_h9))
+    topo = loaded.topology
+    assert [topo.host_of_address(a) for a in ("10.1.9.2", "10.0.0.9", "10.1.9.99", "x")] == ["h9", "h9", None, None]
+    assert "vm_prefix" not in json.dumps(config.from_data(copy.deepcopy(BASE)).topology.to_dict())  # unchanged

@@ -108,12 +108,12 @@ def test_the_delay_estimate_moves_the_model():
 def test_tenancy_gives_each_agent_its_peers():
     l = loaded(TOPO, TENANTS, mode="combined")
     cfgs = tenancy.host_configs(l)
-    pol = cfgs["s1"].vm.lrc
+    pol = cfgs["s1"]["s1"].vm.lrc
     assert pol.weight == 1 and set(pol.peers) == {ip(l, "s5"), ip(l, "s6")}
     assert pol.peers[ip(l, "s5")].weight == 2 and pol.params.tau_r_s == l.cfg.lrc.tau_r_s
     off = config.from_data({"fabric": {"topology": TOPO.to_dict()}, "tenants": TENANTS,
                             "agents": {"master_key_file": "/nonexistent", "address_template": "unix:/tmp/{host}"}})
-    assert tenancy.host_configs(off)["s1"].vm.lrc is None
+    assert tenancy.host_configs(off)["s1"]["s1"].vm.lrc is None
 
 
 def test_paper_mode_needs_single_subflow_tenants():
@@ -122,5 +122,34 @@ def test_paper_mode_needs_single_subflow_tenants():
     with pytest.raises(config.ConfigError, match=r"lrc\.beta"):
         loaded(TOPO, TENANTS, beta=float("inf"))
     ok = {t: {**v, "wc_subflows": 0} for t, v in TENANTS.items()}
-    assert tenancy.host_configs(loaded(TOPO, ok, mode="paper"))["s1"].vm.lrc.mode == "paper"
+    assert tenancy.host_configs(loaded(TOPO, ok, mode="paper"))["s1"]["s1"].vm.lrc.mode == "paper"
     assert M.LrcParams().tau_v_s == 0.05
+
+
+def test_two_vms_of_one_host_are_lrc_senders_of_their_own():
+    """Issue #32 §4: x1 and x2 share s1, each in a namespace of its own;
+    their pairs are reported, terms computed and answered per VM (by its
+    name at the agent), and s1's other tenant's VM never sees them."""
+    d = TOPO.to_dict()
+    for h in d["hosts"]:
+        if h["name"] == "s1":
+            h["vm_prefix"] = "10.7.1.0/28"
+    from controller.topology import TopologyDescription
+    topo = TopologyDescription.from_dict(d)
+    tenants = {"a": {"vms": {"x1": {"host": "s1", "guarantee_mbps": 30, "netns": "x1", "address": "10.7.1.1"},
+                             "x2": {"host": "s1", "guarantee_mbps": 20, "netns": "x2", "address": "10.7.1.2"},
+                             "y1": {"host": "s5", "guarantee_mbps": 20}}},
+               "b": {"vms": {"z": {"host": "s1", "guarantee_mbps": 10, "netns": "z", "address": "10.7.1.3"},
+                             "w": {"host": "s7", "guarantee_mbps": 10}}}}
+    l = loaded(topo, tenants)
+    cfgs = tenancy.host_configs(l)["s1"]
+    assert set(cfgs) == {"a/x1", "a/x2", "b/z"}
+    assert set(cfgs["a/x1"].vm.lrc.peers) == {"10.7.1.2", ip(l, "s5")}      # its tenant's, by VM address
+    assert set(cfgs["b/z"].vm.lrc.peers) == {ip(l, "s7")}
+    ctrl = LrcController(NetworkView(l.topology), l.cfg.lrc.params(), "ecmp")
+    ctrl.configure(l)
+    out = ctrl.round({}, {"a/x1": {ip(l, "s5"): {}}, "a/x2": {ip(l, "s5"): {}, "10.7.1.1": {}},
+                          "b/z": {ip(l, "s5"): {}}})                      # z -> y1 crosses tenants: refused
+    assert ctrl.refused_reports == 1
+    assert set(out) == {"a/x1", "a/x2"} and set(out["a/x2"]) == {ip(l, "s5")}   # x2 -> x1 stays in s1: no links
+    assert out["a/x1"][ip(l, "s5")][2] == pytest.approx(min(30 * 1 / 2, 20 * 1 / 2))   # Eq. 2, y1's B shared

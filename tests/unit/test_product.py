@@ -17,8 +17,7 @@ def test_the_main_jobs_tenants_are_admitted_and_fill_the_mixed_tors(tmp_path):
     loaded = config.load(product.write_config(cfg, tmp_path / "bwfabric", "bwfabric"))
     assert len(loaded.vms()) == 16 and loaded.cfg.controller.routing == "lessor"
     from controller import admission
-    rows = {r["cut"]: r for r in admission.headroom(loaded.topology, {h: v.guarantee_mbps for h, (_, _, v) in
-                                                                     loaded.vms().items()}, 0.9)}
+    rows = {r["cut"]: r for r in admission.headroom(loaded.topology, loaded.guarantees(), 0.9)}
     assert rows["ToR e0_0 uplinks"]["capacity_mbps"] == 10.0       # two 5 Mb/s uplinks for two 10 Mb/s hosts
     assert config.load(product.write_config(cfg, tmp_path / "bwfabric", "best-effort")).cfg.tenants == {}
 
@@ -34,7 +33,7 @@ def test_static_reservation_holds_every_vm_to_its_guarantee_with_one_subflow(tmp
     assert len(loaded.vms()) == 16 and not loaded.cfg.controller.prio_queues
     assert all(t.wc_subflows == 0 for t in loaded.cfg.tenants.values())
     from controller import tenancy
-    hc = tenancy.host_config(loaded, "h1")
+    hc = tenancy.host_config(loaded, "h1")["h1"]
     assert hc.demote_bg is False and hc.wc_subflows == 0 and not plan.marker_plan(hc)
     classes = {s.classid: s for s in plan.tc_plan(hc) if isinstance(s, plan.TcClass)}
     assert classes[plan.CLASS_BG].ceil_bps == 3_000_000

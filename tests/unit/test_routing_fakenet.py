@@ -142,3 +142,29 @@ def test_messages_are_ordered_groups_before_flows():
     assert kinds[0] == ("FlowMod", "delete") and last_group < first_add
     assert logic.MAX_SELECT_BUCKETS == 64
     assert ofmsg.ordered(msgs + msgs) == msgs  # dedupe keeps order
+
+
+@pytest.mark.parametrize("app", ["single_path", "ecmp"])
+def test_a_hosts_vm_block_is_routed_to_it_and_only_it(app):
+    """VMs behind a host's NIC (issue #32 §4): their addresses, in the host's
+    vm_prefix, reach that host -- IP and ARP -- from every other host, and
+    an address beside the block reaches nobody."""
+    from dataclasses import replace
+
+    from controller.topology import TopologyDescription
+    base = builders.fattree(4)
+    hosts = [replace(h, vm_prefix="10.1.9.0/28") if h.name == "h9" else h for h in base.hosts]
+    topo = TopologyDescription.from_dict({**base.to_dict(), "hosts": [
+        {k: v for k, v in vars(h).items() if v is not None} for h in hosts]})
+    view, _, net = _install(topo, app)
+    for src in view.hosts:
+        if src == "h9":
+            continue
+        for vm_ip, proto in (("10.1.9.2", "tcp"), ("10.1.9.14", "udp"), ("10.1.9.2", "arp")):
+            pkt = net.packet(src, "h9", proto=proto)
+            pkt.update(arp_tpa=vm_ip) if proto == "arp" else pkt.update(ipv4_dst=vm_ip)
+            assert net.trace(src, pkt).delivered_to == "h9", (src, vm_ip, proto)
+        stray = net.packet(src, "h9")
+        stray.update(ipv4_dst="10.1.9.16")                           # just past the /28
+        assert net.trace(src, stray).delivered_to is None
+    assert view.host_by_ip("10.1.9.3") == "h9" and view.host_by_ip("10.1.9.16") is None

@@ -130,3 +130,22 @@ def test_a_live_emulations_switch_interfaces_block_a_second_start(tmp_path):
     assert in_use(["sl", "sm"], tmp_path) == ["sl-eth1", "sl-eth5", "sm-eth2"]
     assert in_use(["sr"], tmp_path) == []
     assert in_use(["sl"], tmp_path / "absent") == []
+
+
+def test_vm_blocks_are_disjoint_outside_every_host_address_and_on_link():
+    """Issue #32 §4: every host of the largest evaluation fabric gets a /28
+    of its own, inside the hosts' 10.0.0.0/16 (on-link for every host),
+    holding no host's address; the description validates and round-trips."""
+    import ipaddress
+
+    from controller.topology import TopologyDescription
+    from mininet_topos import builders
+    topo = builders.with_vm_blocks(builders.vl2(servers_per_tor=20))
+    nets = [ipaddress.IPv4Network(h.vm_prefix) for h in topo.hosts]
+    assert all(n.prefixlen == 28 and n.subnet_of(ipaddress.IPv4Network("10.0.0.0/16")) for n in nets)
+    assert len({n for n in nets}) == len(nets)
+    assert not any(ipaddress.IPv4Address(h.ip) in n for h in topo.hosts for n in nets)
+    assert TopologyDescription.from_dict(topo.to_dict()) == topo
+    assert builders.vm_address(topo, topo.hosts[3].name, 1) == str(nets[3].network_address + 1)
+    with pytest.raises(ValueError):
+        builders.vm_address(topo, topo.hosts[3].name, 16)

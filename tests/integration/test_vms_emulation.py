@@ -1,0 +1,96 @@
+"""Many VMs per host, emulated end to end (issue #32 §4): VMs in namespaces
+of their own behind their servers' NICs, the fabric routing each server's
+VM block to it, one agent per server configuring each VM in its own
+namespace through the real controller; traffic between two VMs of one
+server never reaching its NIC."""
+
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from experiments import configs
+from experiments.agents import Agents, BpfLoaded, wait_in_force
+from experiments.controller_proc import ControllerProcess
+from experiments.fabric import Fabric
+from mininet_topos import builders
+from mininet_topos.vms import VmSpec, in_vm
+
+pytestmark = pytest.mark.root
+OF_PORT, API_PORT = 6713, 18713
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory):
+    work = tmp_path_factory.mktemp("vms")
+    topo = builders.with_vm_blocks(builders.star(n_senders=2, link_mbps=50.0))
+    topo.save(work / "topology.json")
+    tag = uuid.uuid4().hex[:5]
+    specs = {"a": VmSpec(f"bwfv{tag}a", "h1", builders.vm_address(topo, "h1", 1)),
+             "b": VmSpec(f"bwfv{tag}b", "h1", builders.vm_address(topo, "h1", 2)),
+             "c": VmSpec(f"bwfv{tag}c", "h2", builders.vm_address(topo, "h2", 1))}
+    vm = lambda k, g: {"host": specs[k].host, "guarantee_mbps": g, "netns": specs[k].netns,   # noqa: E731
+                       "address": specs[k].address}
+    tenants = {"t": {"vms": {"a": vm("a", 10), "c": vm("c", 10)}}, "u": {"vms": {"b": vm("b", 20)}}}
+    conf = configs.write(work / "bwfabric.yaml", work / "topology.json", "single_path", OF_PORT, prio_queues=True,
+                         tenants=tenants, agents_dir=work / "agents", api_port=API_PORT)
+    with BpfLoaded(), Fabric(topo, of_port=OF_PORT, vms=tuple(specs.values())) as fab, \
+            Agents(fab, work / "agents", ["h1", "h2"]) as agents, \
+            ControllerProcess(conf, work / "controller.log"):
+        fab.wait_routes(60)
+        api = configs.ApiClient.from_config(conf)
+        wait_in_force(api, ["h1", "h2"])
+        yield {"fab": fab, "api": api, "specs": specs, "agents": agents}
+
+
+def _ping(spec, address) -> bool:
+    return subprocess.run(in_vm(spec, "ping", "-c", "2", "-W", "2", "-i", "0.2", address),
+                          capture_output=True).returncode == 0
+
+
+def test_vms_reach_each_other_and_the_hosts_through_the_fabric(testbed):
+    specs, fab = testbed["specs"], testbed["fab"]
+    a, b, c = specs["a"], specs["b"], specs["c"]
+    assert _ping(a, c.address) and _ping(c, a.address) and _ping(c, b.address)     # across the fabric
+    assert _ping(a, b.address)                                                       # two VMs of one server
+    assert _ping(a, fab.topo.host("r1").ip)                                          # a VM and a plain host
+    assert fab.run_in("r1", "ping", "-c", "2", "-W", "2", c.address).returncode == 0
+
+
+def test_each_vm_is_configured_in_its_own_namespace_by_its_servers_agent(testbed):
+    api, specs = testbed["api"], testbed["specs"]
+    h1 = next(a for a in api.get("/v1/agents")["agents"] if a["host"] == "h1")
+    assert set(h1["vms"]) == {"t/a", "u/b"} and all(v["in_force"] for v in h1["vms"].values()), h1
+    for k in ("a", "b", "c"):
+        qdisc = subprocess.run(in_vm(specs[k], "tc", "qdisc", "show", "dev", "eth0"), capture_output=True,
+                               text=True).stdout
+        assert "htb" in qdisc and "clsact" in qdisc, (k, qdisc)        # its shaping and its BG marker
+    # the NIC the server's VMs share: BG before WC (one VM's WC never queues another's BG)
+    nic = testbed["fab"].run_in("h1", "tc", "class", "show", "dev", "h1-eth0").stdout
+    assert "class htb 1:10" in nic and "class htb 1:20" in nic and "prio 1" in nic, nic
+
+
+def test_traffic_between_two_vms_of_one_server_never_reaches_its_nic(testbed):
+    specs, fab = testbed["specs"], testbed["fab"]
+    a, b = specs["a"], specs["b"]
+
+    def nic_bytes():
+        out = fab.run_in("h1", "cat", "/sys/class/net/h1-eth0/statistics/tx_bytes",
+                         "/sys/class/net/h1-eth0/statistics/rx_bytes").stdout.split()
+        return sum(int(x) for x in out)
+    server = subprocess.Popen(in_vm(b, "iperf3", "-s", "-1", "-p", "5301"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        before = nic_bytes()
+        res = subprocess.run(in_vm(a, "iperf3", "-c", b.address, "-p", "5301", "-n", "20M", "-J"),
+                             capture_output=True, text=True, timeout=60)
+        after = nic_bytes()
+    finally:
+        server.kill()
+        server.wait()
+    assert res.returncode == 0, res.stderr
+    import json
+    sent = json.loads(res.stdout)["end"]["sum_sent"]["bytes"]
+    assert sent >= 20e6 and after - before < 0.01 * sent, (sent, after - before)
