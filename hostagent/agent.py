@@ -84,7 +84,7 @@ class Vm:
         self.sizer = BufferSizer()
         self.lrc = None                      # hostagent.lrc.LrcHost while the config has vm.lrc
         self.lrc_in_force: dict = {}         # the pair limits the kernel has (peer -> PairLimit)
-        self.lrc_slots: dict = {}            # their slots, read back after the last full apply
+        self.lrc_slots: dict | None = None   # their slots, read back after the last full apply (None: unread)
         self.lrc_a_l: float | None = None    # the WC competition level LRC set (combined mode), in force
         self.lrc_seen: dict = {}             # conntrack byte counts at the last round (who sends what)
         self.lrc_repairs = 0
@@ -136,7 +136,7 @@ class Vm:
         force (ExecError says so); degraded (ExecError says so, status shows
         it, ``config`` is None) -- never a silent mix."""
         previous, previous_buf = self.config, self.rcvbuf
-        self.lrc_slots = {}
+        self.lrc_slots = None
         try:
             changes = self.executor.apply(self.plan_for(cfg, rcvbuf))
         except Exception as exc:  # noqa: BLE001 - whatever failed, undo it
@@ -238,7 +238,7 @@ class Vm:
         if not moved:
             return "competition" if moved_a_l else "idle"
         from hostagent.plan import BgBucket, TcClass, marker_plan, tc_plan
-        slots = self.lrc_slots or self.executor.pair_slots(self.config.interface)
+        slots = self.lrc_slots if self.lrc_slots is not None else self.executor.pair_slots(self.config.interface)
         steps = [s for s in tc_plan(self.config, slots, want) if isinstance(s, TcClass) and _pair_class(s.classid)]
         buckets = [b for b in marker_plan(self.config, want) if isinstance(b, BgBucket) and b.dst in moved]
         try:

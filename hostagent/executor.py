@@ -350,25 +350,16 @@ class Executor:
 
     def change_rates(self, classes: list[P.TcClass]) -> int:
         """LRC's fast path: change the rates of classes that exist already,
-        nothing else read or written. Each change is acknowledged by the
-        kernel (netlink); a class that is not there is an ExecError, and the
-        caller re-applies its whole plan (which reads everything back)."""
-        from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
-
-        with IPRoute() as ipr:
-            idx: dict[str, int] = {}
-            for c in classes:
-                if c.dev not in idx:
-                    found = ipr.link_lookup(ifname=c.dev)
-                    if not found:
-                        raise ExecError(f"tc: no interface {c.dev!r} in this namespace")
-                    idx[c.dev] = found[0]
-                try:
-                    ipr.tc("change-class", "htb", idx[c.dev], _classid(c.classid), parent=_classid(c.parent),
-                           rate=f"{c.rate_bps}bit", ceil=f"{c.ceil_bps}bit", prio=c.prio)
-                except NetlinkError as exc:
-                    raise ExecError(f"tc {c.dev} class {c.classid}: {exc}") from None
+        nothing else read or written -- one ``tc -batch`` process for all of
+        them (pyroute2 0.9.7 took 2.6 ms a netlink call here: 85 ms for a VM
+        of 32 pairs). A class that is not there fails the batch: an
+        ExecError, and the caller re-applies its whole plan (which reads
+        everything back)."""
+        if not classes:
+            return 0
+        lines = "".join(f"class change dev {c.dev} parent {c.parent} classid {c.classid} htb rate {c.rate_bps}bit "
+                        f"ceil {c.ceil_bps}bit prio {c.prio}\n" for c in classes)
+        _run(["tc", "-batch", "-"], stdin=lines)
         return len(classes)
 
     def class_bytes(self, dev: str) -> dict[str, int]:
@@ -803,10 +794,23 @@ class Executor:
                   *map(str, b.key())])
 
     def set_buckets(self, buckets: list[P.BgBucket]) -> None:
-        """LRC's fast path with the marker: the pairs' buckets, written
-        where they differ (each read back first)."""
+        """LRC's fast path with the marker: the moved pairs' buckets, which
+        exist (the pairs are the ones the last full apply put in force),
+        rewritten in one bpftool process (``batch``; one per bucket took
+        ~3 ms each, 100 ms for a VM of 32 pairs). Each keeps its tokens and
+        counters (bwf_mark reads the rate at every packet). Not read back
+        here: status reads every bucket back against the plan."""
+        if not buckets:
+            return
+        pin = self.bpf_pin_dir / P.BPF_BUCKET_MAP
+        if not pin.exists():
+            raise ExecError(f"BPF map {pin} not found: the host's BPF side is not loaded")
         for b in buckets:
-            self._bucket(b)
+            self._touch("bucket", [b.src, b.dst or ""])
+            self._step(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}]")
+        lines = "".join(f"map update pinned {pin} key {' '.join(map(str, b.key()))} "
+                        f"value {' '.join(map(str, b.value()))}\n" for b in buckets)
+        _run(["bpftool", "batch", "file", "-"], stdin=lines)
 
     def _bucket_remove(self, keep: set | frozenset = frozenset()) -> None:
         for entry in list(self.touched.get("bucket", [])):

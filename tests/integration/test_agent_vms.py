@@ -137,3 +137,18 @@ def test_a_vm_whose_namespace_is_missing_is_refused_by_name_and_the_other_is_put
     assert a.vm("t/a").config is not None and on_server(a.status)["vms"]["t/a"]["in_force"]
     assert a.generation is None                  # not all of it is in force: the controller pushes it again
     on_server(a.shutdown)
+
+
+def test_the_many_vms_benchmark_moves_every_pairs_limit_on_the_fast_path():
+    """benchmarks/agent_vms at a small size: every VM in force after the
+    full apply and after the rounds (it asserts both), every VM's limits
+    moved on the fast path at least once and never through a repair or a
+    whole plan, and everything it made is gone afterwards."""
+    from benchmarks import agent_vms
+    before = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    r = agent_vms.run(3, 4, 2, out=lambda s: None)
+    assert r["rounds_did"].get("rates", 0) >= 3 and set(r["rounds_did"]) <= {"rates", "idle"}, r
+    assert r["repairs"] == 0
+    assert r["per_round"]["buckets"] == 4 and r["lrc_rates_round_ms"]["max"] > 0
+    after = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    assert not {n for n in after - before if n.startswith("bwfb")}
