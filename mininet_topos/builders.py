@@ -225,9 +225,12 @@ BUILDERS: dict[str, Callable[..., TopologyDescription]] = {
 }
 
 
-def build(kind: str, **params) -> TopologyDescription:
+def build(kind: str, vm_blocks: bool = False, **params) -> TopologyDescription:
+    """A built-in topology; ``vm_blocks``: every host given its VM block
+    (:func:`vm_block`), for several VMs per host."""
     try:
         builder = BUILDERS[kind]
     except KeyError:
         raise ValueError(f"unknown topology {kind!r}; choose one of {', '.join(BUILDERS)}") from None
-    return builder(**params)
+    topo = builder(**params)
+    return with_vm_blocks(topo) if vm_blocks else topo

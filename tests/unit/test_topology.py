@@ -1,5 +1,6 @@
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -7,6 +8,7 @@ from bwfabric.cli import main as cli_main
 from controller.topology import TopologyDescription, TopologyError
 from mininet_topos import builders
 
+ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def fattree_dict():
@@ -149,3 +151,13 @@ def test_vm_blocks_are_disjoint_outside_every_host_address_and_on_link():
     assert builders.vm_address(topo, topo.hosts[3].name, 1) == str(nets[3].network_address + 1)
     with pytest.raises(ValueError):
         builders.vm_address(topo, topo.hosts[3].name, 16)
+
+
+def test_the_topology_command_gives_every_host_a_vm_block_when_asked(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "bwfabric.cli", "topology", "fattree", "--param", "k=4", "--param",
+                          "vm_blocks=true", "--output", "-"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    hosts = json.loads(out.stdout)["hosts"]
+    assert [h["vm_prefix"] for h in hosts[:2]] == ["10.0.100.0/28", "10.0.100.16/28"] and len(hosts) == 16
