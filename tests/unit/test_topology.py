@@ -10,6 +10,7 @@ from mininet_topos import builders
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
 @pytest.fixture
 def fattree_dict():
     return builders.fattree(4).to_dict()
