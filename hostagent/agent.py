@@ -440,8 +440,9 @@ class Agent:
             try:
                 vm = self._vm(cfg)
                 with self.inside(vm.netns):
-                    changes += vm.put_with_lrc(cfg)
-                log.info("%s in force (%d changes): guarantee %.3g Mb/s, %d WC subflows, A_l %.3g", name, changes,
+                    these = vm.put_with_lrc(cfg)
+                changes += these
+                log.info("%s in force (%d changes): guarantee %.3g Mb/s, %d WC subflows, A_l %.3g", name, these,
                          cfg.guarantee_mbps, cfg.wc_subflows, cfg.a_l)
             except (PlanError, ExecError, OSError) as exc:
                 errors.append(f"VM {name}: {exc}" if len(desired) > 1 else str(exc))
@@ -505,6 +506,9 @@ class Agent:
             changes = self._configure(desired)
             if desired is None:
                 log.info("configuration removed (generation %d, version %d)", generation, version)
+            else:
+                log.info("configuration in force (generation %d, version %d, %d changes, %d VMs)", generation,
+                         version, changes, len(desired))
             self.generation, self.version = generation, version
             if generation > self.max_generation:
                 self.max_generation = generation
