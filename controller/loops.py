@@ -1,7 +1,7 @@
 """Periodic loops that never die.
 
 Every periodic loop of bwfabric (LESSOR's polling and allocation, the host
-agent's buffer refresh, LRC's rate-factor loop to come) runs its rounds
+agent's buffer, LRC and ESE rounds, LRC's controller round) runs its rounds
 through :class:`LoopGuard`: an exception in one round is logged with the
 loop's name, the round number and the traceback, counted per loop, kept as
 the last error (so status and metrics can show it), and the loop goes on

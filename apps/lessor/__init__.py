@@ -9,6 +9,8 @@ Pure logic, no os-ken:
 - ``lp``: exact references (LP and one-path MILP, PuLP + HiGHS);
 - ``hedera``: demand estimation and Global First Fit.
 
-Still to come (issue #3): the os-ken app that polls ToRs and installs long
-flows, the Hedera app, and the emulated experiments.
+The controller side: ``logic`` and ``hedera_logic`` (pure: poll ToRs,
+allocate, install) and their os-ken apps ``app`` (``lessor``) and
+``hedera_app`` (``hedera``); the emulated experiments are
+``experiments/lessor_eval.py`` and ``experiments/routing_comparison.py``.
 """
