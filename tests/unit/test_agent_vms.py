@@ -6,6 +6,8 @@ force. Namespaces themselves: tests/integration/test_agent_vms.py."""
 from contextlib import contextmanager
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hostagent.agent import MAX_VMS, Agent, config_envelope
 from hostagent.executor import ExecError
@@ -127,3 +129,27 @@ def test_a_vm_of_the_hosts_own_namespace_beside_vms_in_theirs_or_two_nics_are_re
     with pytest.raises(PlanError, match="different NICs"):
         h.push({"vms": {"t/a": vm("t/a", "nsa", "10.1.0.1"), "t/b": vm("t/b", "nsb", "10.1.0.2", nic="eth7")}})
     assert not h.agent.vms and not h.agent.executor.applied and not h.executors
+
+
+_value = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True, allow_infinity=True),
+                   st.text(max_size=12), st.sampled_from(["t/a", "nsa", "10.1.0.1", "eth0", "srv", "srv-eth0"]))
+_vm = st.fixed_dictionaries({}, optional={k: _value for k in ("host", "vm_id", "netns", "nic", "interface",
+                                                                "address", "nic_mbps", "guarantee_mbps")})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.dictionaries(st.one_of(st.text(max_size=8), st.sampled_from(["t/a", "t/b"])),
+                                 st.one_of(_vm, st.builds(lambda n: vm(n, "ns-" + n.replace("/", "-"), "10.1.0.1"),
+                                                          st.sampled_from(["t/a", "t/b"])), _value), max_size=3),
+                 _value))
+def test_any_vms_configuration_is_taken_whole_or_refused_by_name(vms):
+    """The agent's boundary: whatever ``vms`` holds, a PlanError naming
+    what is wrong, or every VM checked and named as its own settings say --
+    never anything else (and nothing put in force: this is the parse)."""
+    try:
+        _, _, desired = config_envelope({"generation": 1, "version": 1, "config": {"vms": vms}})
+    except PlanError as exc:
+        assert str(exc)
+        return
+    assert isinstance(vms, dict) and set(desired) == set(vms)
+    assert all(cfg.vm_name == name for name, cfg in desired.items())
