@@ -116,6 +116,20 @@ def _quiet_htb_quantum_warnings() -> None:
         lg.addFilter(_DropHtbQuantum())
 
 
+class VmEndpoint:
+    """A VM as traffic's end: ``popen`` runs in its namespace (as a Mininet
+    host's ``popen`` runs in the host's)."""
+
+    def __init__(self, spec):
+        self.spec, self.name = spec, spec.netns
+        self.prefix = ["ip", "netns", "exec", spec.netns]
+
+    def popen(self, cmd: list[str], **kw) -> subprocess.Popen:
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+        return subprocess.Popen([*self.prefix, *cmd], **kw)
+
+
 class Fabric:
     def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None,
                  wc_aqm: bool = True, delays: dict | None = None, vms: tuple = ()):
@@ -270,6 +284,21 @@ class Fabric:
         """A VM's spec by its namespace name."""
         return next(s for s in self.vms if s.netns == netns)
 
+    def endpoint(self, name: str):
+        """Where traffic starts and ends, by name: a host (the Mininet node)
+        or a VM (by its namespace name) -- both with ``popen``."""
+        for spec in self.vms:
+            if spec.netns == name:
+                return VmEndpoint(spec)
+        return self.host(name)
+
+    def ip(self, name: str) -> str:
+        """A host's or a VM's address."""
+        for spec in self.vms:
+            if spec.netns == name:
+                return spec.address
+        return self.topo.host(name).ip
+
     def _delay_lines(self) -> None:
         """A delay line in each delay node, between its two interfaces."""
         from mininet_topos.delayline import DelayLine
@@ -308,9 +337,10 @@ class Fabric:
     def run_in(self, name: str, *cmd: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         """A command in host ``name``'s namespaces (``mnexec -a``: unlike
         ``host.cmd`` it does not go through the host's one shell, so threads
-        may use it at once)."""
-        return subprocess.run(["mnexec", "-a", str(self.host(name).pid), *cmd], input=stdin, capture_output=True,
-                              text=True)
+        may use it at once), or in VM ``name``'s."""
+        end = self.endpoint(name)
+        prefix = end.prefix if isinstance(end, VmEndpoint) else ["mnexec", "-a", str(end.pid)]
+        return subprocess.run([*prefix, *cmd], input=stdin, capture_output=True, text=True)
 
     def wait_routes(self, timeout: float = 60.0, table: int = 1) -> None:
         """Until every switch is connected and has a forwarding entry (IP and

@@ -15,10 +15,10 @@ from experiments.fabric import Fabric
 SUBFLOWS_AT_S = 4.0   # when the meter counts each sender's subflows (after the joins)
 
 
-def _meter_rules(topo, senders) -> str:
+def _meter_rules(ip_of, senders) -> str:
     rules = []
     for snd in senders:
-        ip = topo.host(snd).ip
+        ip = ip_of(snd)
         rules += [f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_BG} counter comment "bg-{snd}"',
                   f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_WC} counter comment "wc-{snd}"',
                   f'ip saddr {ip} meta l4proto udp counter comment "udp-{snd}"']
@@ -51,7 +51,7 @@ class Meter:
         return res.stdout
 
     def start(self) -> "Meter":
-        rules = _meter_rules(self.fab.topo, self.senders)
+        rules = _meter_rules(self.fab.ip, self.senders)
         for h in self.receivers:
             self._nft(h, "-f", "-", stdin="table ip bwfmeter {}\ndelete table ip bwfmeter\n" + rules)
         self.t0 = time.time()
@@ -120,7 +120,7 @@ class Meter:
                         # joins that agreed on ECN (bwf_sockops gave them bwf_wc_ecn): the rest are
                         # not ECN-capable, and the WC queues' AQM drops their packets instead of marking
                         "wc_ecn": sum(" flags:J" in ln and " bwf_wc_ecn " in ln for ln in lines),
-                        "k": k.get(self.fab.topo.host(snd).ip, 0)}
+                        "k": k.get(self.fab.ip(snd), 0)}
             # which connection is whose, for ktrace's stalls (data sequence numbers are per connection)
             self.connections[snd] = [m["snd_una"] for m in msk_queues(msk) if "snd_una" in m]
         return out

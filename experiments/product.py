@@ -171,9 +171,9 @@ def _load(fab: Fabric, cfg: Config, workdir: Path, seed: int) -> dict:
     (Mb/s per sample) and the web flows."""
     py = [sys.executable, "-m", "experiments.flowgen"]
     senders = [*ANALYTICS.values(), *BATCH.values()]
-    sinks = [fab.host(PEER[s]).popen(py + ["server", "--port", str(DATA_PORT), "--out", "/dev/null", "--mptcp"])
+    sinks = [fab.endpoint(PEER[s]).popen(py + ["server", "--port", str(DATA_PORT), "--out", "/dev/null", "--mptcp"])
              for s in senders]
-    sinks += [fab.host(PEER[s]).popen(["iperf3", "-s", "-p", str(UDP_PORT)], stdout=subprocess.DEVNULL)
+    sinks += [fab.endpoint(PEER[s]).popen(["iperf3", "-s", "-p", str(UDP_PORT)], stdout=subprocess.DEVNULL)
               for s in BATCH.values()]
     time.sleep(1.0)
     meter = Meter(fab, [PEER[s] for s in senders], cfg.sample_s, senders=senders).start()
@@ -191,13 +191,13 @@ def _load(fab: Fabric, cfg: Config, workdir: Path, seed: int) -> dict:
     procs = []
     try:
         for s in ANALYTICS.values():
-            procs.append(fab.host(s).popen(py + ["bulk", "--dst", fab.topo.host(PEER[s]).ip, "--port",
+            procs.append(fab.endpoint(s).popen(py + ["bulk", "--dst", fab.ip(PEER[s]), "--port",
                                                  str(DATA_PORT), "--duration", str(cfg.duration), "--mptcp"]))
         for s in BATCH.values():
-            dst = fab.topo.host(PEER[s]).ip
-            procs.append(fab.host(s).popen(py + ["bulk", "--dst", dst, "--port", str(DATA_PORT), "--duration",
+            dst = fab.ip(PEER[s])
+            procs.append(fab.endpoint(s).popen(py + ["bulk", "--dst", dst, "--port", str(DATA_PORT), "--duration",
                                                  str(cfg.duration), "--conns", str(cfg.batch_conns), "--mptcp"]))
-            procs.append(fab.host(s).popen(["iperf3", "-c", dst, "-p", str(UDP_PORT), "-u", "-b",
+            procs.append(fab.endpoint(s).popen(["iperf3", "-c", dst, "-p", str(UDP_PORT), "-u", "-b",
                                             f"{cfg.udp_mbps}M", "-t", str(int(cfg.duration)), "-l", str(cfg.mtu - 28)],
                                            stdout=subprocess.DEVNULL))
         web_thread.start()

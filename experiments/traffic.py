@@ -32,13 +32,13 @@ def run_long_flows(fab: Fabric, pairs: list[tuple[str, str]], duration_s: float 
     servers = []
     for i, (_, dst) in enumerate(pairs):
         port = IPERF_BASE_PORT + i
-        servers.append(fab.host(dst).popen(["iperf3", "-s", "-1", "-p", str(port)]))
+        servers.append(fab.endpoint(dst).popen(["iperf3", "-s", "-1", "-p", str(port)]))
     time.sleep(1.0)
     clients = []
     for i, (src, dst) in enumerate(pairs):
-        cmd = ["timeout", str(int(duration_s + omit_s + 30)), "iperf3", "-c", fab.topo.host(dst).ip,
+        cmd = ["timeout", str(int(duration_s + omit_s + 30)), "iperf3", "-c", fab.ip(dst),
                "-p", str(IPERF_BASE_PORT + i), "-t", str(duration_s), "-O", str(omit_s), "-J"]
-        clients.append(fab.host(src).popen(cmd))
+        clients.append(fab.endpoint(src).popen(cmd))
     _wait(duration_s + omit_s + 2, progress)
     results = []
     for (src, dst), proc in zip(pairs, clients):
@@ -78,11 +78,11 @@ def run_workload(fab: Fabric, flows: list[FlowSpec], duration_s: float, workdir:
     py = [sys.executable, "-m", "experiments.flowgen"]
     extra = ["--mptcp"] if mptcp else []
     hosts = [h.name for h in fab.topo.hosts]
-    servers = {h: fab.host(h).popen(py + ["server", "--port", str(FLOWGEN_PORT), "--out",
+    servers = {h: fab.endpoint(h).popen(py + ["server", "--port", str(FLOWGEN_PORT), "--out",
                                           str(workdir / f"rx-{h}.json")] + extra) for h in hosts}
     by_src: dict[str, list[dict]] = defaultdict(list)
     for i, f in enumerate(flows):
-        by_src[f.src].append({"id": i, "dst": f.dst, "ip": fab.topo.host(f.dst).ip, "port": FLOWGEN_PORT,
+        by_src[f.src].append({"id": i, "dst": f.dst, "ip": fab.ip(f.dst), "port": FLOWGEN_PORT,
                               "start_s": f.start_s, "size": f.size})
     time.sleep(1.5)
     t0 = time.time() + 1.0
@@ -91,7 +91,7 @@ def run_workload(fab: Fabric, flows: list[FlowSpec], duration_s: float, workdir:
     for src, plan in by_src.items():
         plan_file = workdir / f"plan-{src}.json"
         plan_file.write_text(json.dumps(plan))
-        clients[src] = fab.host(src).popen(py + ["client", "--plan", str(plan_file), "--t0", repr(t0),
+        clients[src] = fab.endpoint(src).popen(py + ["client", "--plan", str(plan_file), "--t0", repr(t0),
                                                  "--deadline", str(deadline), "--out",
                                                  str(workdir / f"flows-{src}.jsonl")] + extra)
     # clients exit once all their flows are done: stop waiting then

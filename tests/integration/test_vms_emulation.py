@@ -94,3 +94,30 @@ def test_traffic_between_two_vms_of_one_server_never_reaches_its_nic(testbed):
     import json
     sent = json.loads(res.stdout)["end"]["sum_sent"]["bytes"]
     assert sent >= 20e6 and after - before < 0.01 * sent, (sent, after - before)
+
+
+def test_the_experiments_tools_work_on_vms_as_on_hosts(testbed):
+    """Traffic and meters take VM names as they take host names
+    (Fabric.endpoint, .ip, .run_in): a VM's bulk transfer to a VM on
+    another server is counted at the receiver, by sender and class."""
+    from experiments.meter import Meter
+    fab, specs = testbed["fab"], testbed["specs"]
+    a, c = specs["a"].netns, specs["c"].netns
+    assert fab.ip(a) == specs["a"].address and fab.ip("r1") == fab.topo.host("r1").ip
+    meter = Meter(fab, [c], 0.5, senders=[a]).start()
+    server = fab.endpoint(c).popen(["iperf3", "-s", "-1", "-p", "5302"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        client = fab.endpoint(a).popen(["iperf3", "-c", fab.ip(c), "-p", "5302", "-n", "3M", "-J"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = client.communicate(timeout=60)
+        assert client.returncode == 0, err
+        total, _ = meter.read()
+    finally:
+        meter.stop()
+        server.kill()
+        server.wait()
+    counted = total.get(f"bg-{a}", 0) + total.get(f"wc-{a}", 0)
+    # most of the 3 MiB, by the sender's name (measured: 90 %; what the rest is marked with is not traced)
+    assert counted >= 0.5 * 3 * 2**20 and total.get(f"bg-{a}", 0) > 0, total
