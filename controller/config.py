@@ -41,13 +41,13 @@ from apps.lrc.model import LrcParams
 from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
 from controller.topology import TopologyDescription, TopologyError, host_address_problem
 from controller.validate import IPAddress, StrictModel, read_bounded
-from hostagent.plan import MAX_NIC_MBPS, MPTCP_CCS, Tuning
+from hostagent.plan import MAX_NIC_MBPS, MPTCP_CCS, NETNS_NAME, Tuning
 from hostagent.policy import POLICIES
 
 MAX_CONFIG_BYTES = 1 << 20
 MIN_GUARANTEE_MBPS = 0.001     # 1 kb/s: OpenFlow meters take whole kb/s (a smaller B would be metered at 0)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$"
-NETNS_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+NETNS_PATTERN = NETNS_NAME
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 ROUTING_APPS = ("single_path", "ecmp", "lessor", "hedera")
 

@@ -467,23 +467,18 @@ class Agent:
         """VMs in namespaces of their own share the host's NIC: BG before
         WC there (:func:`hostagent.plan.nic_plan`), so that one VM's WC does
         not queue another's BG; put in force by the host's own executor."""
-        from hostagent.plan import Plan, nic_plan, nic_queue_bytes
         nics = {(cfg.nic, cfg.nic_mbps) for cfg in desired.values() if cfg.netns is not None}
-        want = next(iter(nics)) if nics else None
-        if want is None:
+        if not nics:
             return 0
-        rate = want[1] * 1e6
-        changes = self.executor.apply(Plan(tuple(nic_plan(want[0], rate, nic_queue_bytes(rate)))))
+        want = next(iter(nics))
+        changes = self.executor.apply(_nic_plan(*want))
         self.nic_in_force = want
         return changes
 
     def _nic_differences(self) -> list[str]:
-        from hostagent.plan import Plan, nic_plan, nic_queue_bytes
         if self.nic_in_force is None:
             return []
-        nic, mbps = self.nic_in_force
-        return [f"NIC: {d}" for d in self.executor.differences(
-            Plan(tuple(nic_plan(nic, mbps * 1e6, nic_queue_bytes(mbps * 1e6)))))]
+        return [f"NIC: {d}" for d in self.executor.differences(_nic_plan(*self.nic_in_force))]
 
     def _dispatch(self, msg_type: str, body: dict) -> dict:
         if msg_type == "config":
@@ -700,6 +695,12 @@ class Agent:
         finally:
             if held:
                 self.lock.release()
+
+
+def _nic_plan(nic: str, mbps: float):
+    """The host NIC's plan (BG before WC) at ``mbps``."""
+    from hostagent.plan import Plan, nic_plan, nic_queue_bytes
+    return Plan(tuple(nic_plan(nic, mbps * 1e6, nic_queue_bytes(mbps * 1e6))))
 
 
 def _sole(per_vm: dict, vms: dict, empty):

@@ -22,7 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 NETNS_RUN_DIR = Path("/run/netns")          # where ``ip netns add`` names namespaces
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"      # an `ip netns` name (the config's and the agent's)
+NAME_RE = re.compile(NAME_PATTERN)
 
 
 class NetnsError(OSError):

@@ -33,6 +33,7 @@ from apps.lrc.model import LrcParams
 from controller.contract import bg_burst_bytes
 from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC, TOS_BG, TOS_MASK, TOS_WC  # noqa: F401 (re-exported)
 from controller.validate import IPv4Address, StrictModel, finite_number
+from hostagent.netns import NAME_PATTERN as NETNS_NAME   # an `ip netns` name
 from hostagent.policy import (DEFAULT_BETA, PAPER_UNIT_MBPS, POLICIES, competition_level, fixed_point,
                               receive_buffer_bytes)
 
@@ -161,7 +162,7 @@ class HostSettings(Tuning):
     address: IPv4Address
     nic_mbps: float = Field(gt=0, le=MAX_NIC_MBPS)
     vm_id: str | None = Field(None, pattern=VM_NAME)
-    netns: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    netns: str | None = Field(None, pattern=NETNS_NAME)
     nic: str | None = Field(None, pattern=r"^[^/:\s]{1,15}$")      # the host's NIC, for a VM in a netns
 
     @model_validator(mode="after")
