@@ -19,7 +19,8 @@ def _meter_rules(ip_of, senders) -> str:
     rules = []
     for snd in senders:
         ip = ip_of(snd)
-        rules += [f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_BG} counter comment "bg-{snd}"',
+        rules += [f'ip saddr {ip} meta l4proto tcp counter comment "tcp-{snd}"',      # all its TCP, any DSCP
+                  f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_BG} counter comment "bg-{snd}"',
                   f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_WC} counter comment "wc-{snd}"',
                   f'ip saddr {ip} meta l4proto udp counter comment "udp-{snd}"']
     body = "\n    ".join(rules)
@@ -29,8 +30,10 @@ def _meter_rules(ip_of, senders) -> str:
 
 class Meter:
     """Per-sender, per-class byte counters at the receivers, sampled:
-    counters ``bg-<sender>`` (TCP, ToS 0x00), ``wc-<sender>`` (TCP, ToS
-    0x20) and ``udp-<sender>``, read in each receiver's namespace (nft)."""
+    counters ``tcp-<sender>`` (all its TCP), ``bg-<sender>`` (TCP, ToS
+    0x00), ``wc-<sender>`` (TCP, ToS 0x20) and ``udp-<sender>``, read in
+    each receiver's namespace (nft). What ``tcp-`` counts beyond ``bg-`` and
+    ``wc-`` carried another DSCP."""
 
     def __init__(self, fab: Fabric, receivers: list[str], period_s: float, trace: bool = False,
                  senders: list[str] | tuple[str, ...] = ()):

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -64,7 +65,7 @@ WEB = {f"w{i + 1}": h for i, h in enumerate(("h3", "h4", "h7", "h8", "h11", "h12
 # every transfer crosses pods: pod p -> pod p+2
 PEER = {"h1": "h9", "h9": "h1", "h5": "h13", "h13": "h5", "h2": "h10", "h10": "h2", "h6": "h14", "h14": "h6"}
 GUARANTEES = {"analytics": 3.0, "batch": 0.5, "web": 1.0}
-BACKLOGGED = {"analytics": ANALYTICS, "batch": BATCH}
+BACKLOGGED = ("analytics", "batch")
 DATA_PORT, UDP_PORT = 7100, 7200
 SCHEMES = ("best-effort", "reservation", "bwfabric")
 LABEL = {"best-effort": "best effort (ECMP)", "reservation": "static reservation", "bwfabric": "bwfabric"}
@@ -78,6 +79,72 @@ SHORT_BYTES = 100_000          # the web flows whose completion times are printe
 # and the aggregate >= this x the max-min ideal
 GUARANTEE_HELD = 0.97
 AGGREGATE_OF_IDEAL = 0.9
+
+
+@dataclass(frozen=True)
+class PlacedVm:
+    tenant: str
+    name: str
+    host: str                   # its server
+    endpoint: str               # where its traffic starts: the server itself, or the VM's namespace
+    address: str | None = None  # a VM behind the server's NIC: its address, in the server's block
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Who runs where. One VM per host: each VM is its host (the tables
+    above). Two per host (issue #32 §4): every server holds two VMs of
+    different tenants, each in its own namespace behind the server's NIC --
+    on each mixed ToR's servers an analytics and a batch VM, on the other
+    ToRs' servers a ``web`` and a ``search`` VM (two web tenants, each at
+    half the web load); per-VM guarantees halved, so every server and every
+    ToR carries the guarantees and the offered load of the one-VM layout."""
+    vms: tuple[PlacedVm, ...]
+    guarantees: dict
+    peer: dict                  # backlogged VM endpoint -> its peer's endpoint (same tenant, pod p -> p+2)
+    web_tenants: tuple[str, ...]
+
+    def of(self, tenant: str) -> list[PlacedVm]:
+        return [v for v in self.vms if v.tenant == tenant]
+
+    def host_of(self, endpoint: str) -> str:
+        return next(v.host for v in self.vms if v.endpoint == endpoint)
+
+    @property
+    def servers(self) -> list[str]:
+        return sorted({v.host for v in self.vms}, key=lambda h: int(h[1:]))
+
+    @property
+    def senders(self) -> list[str]:
+        return [v.endpoint for t in BACKLOGGED for v in self.of(t)]
+
+    def specs(self) -> tuple:
+        from mininet_topos.vms import VmSpec
+        return tuple(VmSpec(v.endpoint, v.host, v.address) for v in self.vms if v.address is not None)
+
+
+def layout(vms_per_host: int, topo=None, tag: str = "") -> Layout:
+    """The main job's VMs: ``vms_per_host`` 1 (each VM its host) or 2 (on
+    ``topo`` with VM blocks; namespaces named ``bwm<tag><vm>``)."""
+    if vms_per_host == 1:
+        vms = [PlacedVm(t, vm, h, h) for t, table in (("analytics", ANALYTICS), ("batch", BATCH), ("web", WEB))
+               for vm, h in table.items()]
+        return Layout(tuple(vms), dict(GUARANTEES), dict(PEER), ("web",))
+    if vms_per_host != 2:
+        raise OptionError(f"option vms_per_host={vms_per_host}: 1 or 2")
+    pairs = {"mixed": ("analytics", "batch"), "web": ("web", "search")}
+    mixed = sorted({*ANALYTICS.values(), *BATCH.values()}, key=lambda h: int(h[1:]))
+    vms = []
+    for kind, hosts in (("mixed", mixed), ("web", list(WEB.values()))):
+        for h in hosts:
+            for slot, tenant in enumerate(pairs[kind], start=1):
+                name = f"{tenant[0]}{h[1:]}"
+                vms.append(PlacedVm(tenant, name, h, f"bwm{tag}{name}", builders.vm_address(topo, h, slot)))
+    by = {(v.tenant, v.host): v.endpoint for v in vms}
+    peer = {by[(t, h)]: by[(t, PEER[h])] for t in BACKLOGGED for h in mixed}
+    g = {"analytics": GUARANTEES["analytics"] / 2, "batch": GUARANTEES["batch"] / 2,
+         "web": GUARANTEES["web"] / 2, "search": GUARANTEES["web"] / 2}
+    return Layout(tuple(vms), g, peer, ("web", "search"))
 
 
 @dataclass
@@ -94,6 +161,7 @@ class Config:
     schemes: tuple[str, ...] = SCHEMES
     reps: int = 3
     lrc: bool = True               # bwfabric with LRC in combined mode (LRC below)
+    vms_per_host: int = 1          # 2: two VMs of different tenants on every server (Layout)
     trace: bool = False            # the analytics hosts' subflows (ss) every sample_s, to trace-<scheme>.json
     seed: int = 1
     of_port: int = 6653
@@ -107,23 +175,32 @@ class Config:
             raise OptionError("options fabric_mbps (0 < fabric <= link) and web_load (0, 1]")
         if not 1 <= self.reps <= 20:
             raise OptionError(f"option reps={self.reps}: 1 to 20")
+        if self.vms_per_host not in (1, 2):
+            raise OptionError(f"option vms_per_host={self.vms_per_host}: 1 or 2")
 
 
-def tenants(scheme: str = "bwfabric") -> dict:
+def tenants(scheme: str = "bwfabric", lay: Layout | None = None) -> dict:
     """The declared tenants. Static reservation: one subflow per connection
     (no WC), each VM held to its guarantee at its host."""
-    def vms(table, g):
-        return {vm: {"host": h, "guarantee_mbps": g} for vm, h in table.items()}
-    out = {"analytics": {"wc_subflows": 2, "vms": vms(ANALYTICS, GUARANTEES["analytics"])},
-           "batch": {"policy": "equal", "vms": vms(BATCH, GUARANTEES["batch"])},
-           "web": {"vms": vms(WEB, GUARANTEES["web"])}}
+    lay = lay or layout(1)
+
+    def vms(tenant):
+        out = {}
+        for v in lay.of(tenant):
+            out[v.name] = {"host": v.host, "guarantee_mbps": lay.guarantees[tenant]}
+            if v.address is not None:
+                out[v.name].update(netns=v.endpoint, address=v.address)
+        return out
+    out = {t: {"vms": vms(t)} for t in (*BACKLOGGED, *lay.web_tenants)}
+    out["analytics"]["wc_subflows"] = 2
+    out["batch"]["policy"] = "equal"
     if scheme == "reservation":
         for t in out.values():
             t["wc_subflows"] = 0
     return out
 
 
-def write_config(cfg: Config, workdir: Path, scheme: str) -> Path:
+def write_config(cfg: Config, workdir: Path, scheme: str, lay: Layout | None = None) -> Path:
     topo_file = workdir.parent / "topology.json"
     if scheme == "best-effort":
         return configs.write(workdir / "bwfabric.yaml", topo_file, "ecmp", cfg.of_port)
@@ -134,7 +211,7 @@ def write_config(cfg: Config, workdir: Path, scheme: str) -> Path:
     # the controller's polling (LESSOR's flow counters, the port counters) costs the one userspace
     # OVS process that forwards every packet of the emulation: at 0.5-1 s its CPU was saturated and
     # the fabric itself queued seconds (BG pings 1.6-2.8 s), whatever the queues' priorities
-    common = dict(tenants=tenants(scheme), agents_dir=workdir / "agents", api_port=cfg.of_port + 1000,
+    common = dict(tenants=tenants(scheme, lay), agents_dir=workdir / "agents", api_port=cfg.of_port + 1000,
                   port_stats_s=2.0)
     if scheme == "reservation":
         # the host's BG class at rate = ceil = the guarantee: everything the VM sends waits there
@@ -145,20 +222,20 @@ def write_config(cfg: Config, workdir: Path, scheme: str) -> Path:
                          lrc=LRC if cfg.lrc else None, **common)
 
 
-def max_min_ideal(topo) -> dict[str, float]:
+def max_min_ideal(topo, lay: Layout | None = None) -> dict[str, float]:
     """Each backlogged sender's max-min fair rate (Mb/s) on this topology
     if its transfer could use every shortest path to its peer (one elastic
     subflow per path): the best any scheme could give the offered load.
     The web tenant's load (3 Mb/s per web VM on average) is left out: its
     ToRs are not the mixed ones, and it adds at most 6 Mb/s per pod on the
     pod's 20 Mb/s to the core."""
+    lay = lay or layout(1)
     view = NetworkView(topo)
     senders, links = [], []
-    for table in BACKLOGGED.values():
-        for s in table.values():
-            for path in view.equal_cost_paths(s, PEER[s]):
-                senders.append(s)
-                links.append(view.path_links(path))
+    for s in lay.senders:
+        for path in view.equal_cost_paths(lay.host_of(s), lay.host_of(lay.peer[s])):
+            senders.append(s)
+            links.append(view.path_links(path))
     cap = {(u, v): view.capacity(u, v) / 1e6 for u, v in view.graph.edges}
     out: dict[str, float] = {}
     for s, r in zip(senders, max_min_fair(links, cap)):
@@ -166,35 +243,46 @@ def max_min_ideal(topo) -> dict[str, float]:
     return out
 
 
-def _load(fab: Fabric, cfg: Config, workdir: Path, seed: int) -> dict:
+def web_flows(cfg: Config, lay: Layout, seed: int) -> list:
+    """Every web tenant's flows among its own VMs (open loop), the web load
+    split evenly between the web tenants."""
+    flows = []
+    for i, t in enumerate(lay.web_tenants):
+        flows += open_loop_flows([v.endpoint for v in lay.of(t)], SizeCdf.load("websearch"),
+                                 cfg.web_load / len(lay.web_tenants), cfg.link_mbps, cfg.duration - 5, seed + 1000 * i)
+    return sorted(flows, key=lambda f: (f.start_s, f.src))
+
+
+def _load(fab: Fabric, cfg: Config, lay: Layout, workdir: Path, seed: int) -> dict:
     """Start every tenant's traffic, measure, stop. Returns per-sender rates
     (Mb/s per sample) and the web flows."""
     py = [sys.executable, "-m", "experiments.flowgen"]
-    senders = [*ANALYTICS.values(), *BATCH.values()]
-    sinks = [fab.endpoint(PEER[s]).popen(py + ["server", "--port", str(DATA_PORT), "--out", "/dev/null", "--mptcp"])
+    senders, batch = lay.senders, [v.endpoint for v in lay.of("batch")]
+    peer = lay.peer
+    sinks = [fab.endpoint(peer[s]).popen(py + ["server", "--port", str(DATA_PORT), "--out", "/dev/null", "--mptcp"])
              for s in senders]
-    sinks += [fab.endpoint(PEER[s]).popen(["iperf3", "-s", "-p", str(UDP_PORT)], stdout=subprocess.DEVNULL)
-              for s in BATCH.values()]
+    sinks += [fab.endpoint(peer[s]).popen(["iperf3", "-s", "-p", str(UDP_PORT)], stdout=subprocess.DEVNULL)
+              for s in batch]
     time.sleep(1.0)
-    meter = Meter(fab, [PEER[s] for s in senders], cfg.sample_s, senders=senders).start()
-    web_flows = open_loop_flows(list(WEB.values()), SizeCdf.load("websearch"), cfg.web_load, cfg.link_mbps,
-                                cfg.duration - 5, seed)
+    meter = Meter(fab, [peer[s] for s in senders], cfg.sample_s, senders=senders).start()
+    flows = web_flows(cfg, lay, seed)
     web: dict = {}
     web_thread = threading.Thread(target=lambda: web.update(r=run_workload(
-        fab, web_flows, cfg.duration - 5, workdir / "web", drain_s=5, mptcp=True)), daemon=True)
+        fab, flows, cfg.duration - 5, workdir / "web", drain_s=5, mptcp=True)), daemon=True)
     trace: list[dict] = []
     stop_trace = threading.Event()
     if cfg.trace:
-        hosts = [*ANALYTICS.values(), *(PEER[h] for h in ANALYTICS.values())]
+        analytics = [v.endpoint for v in lay.of("analytics")]
+        hosts = [*analytics, *(peer[h] for h in analytics)]
         threading.Thread(target=_trace, args=(fab, sorted(set(hosts)), cfg.sample_s, meter.t0, stop_trace, trace),
                          daemon=True).start()
     procs = []
     try:
-        for s in ANALYTICS.values():
-            procs.append(fab.endpoint(s).popen(py + ["bulk", "--dst", fab.ip(PEER[s]), "--port",
+        for s in (v.endpoint for v in lay.of("analytics")):
+            procs.append(fab.endpoint(s).popen(py + ["bulk", "--dst", fab.ip(peer[s]), "--port",
                                                  str(DATA_PORT), "--duration", str(cfg.duration), "--mptcp"]))
-        for s in BATCH.values():
-            dst = fab.ip(PEER[s])
+        for s in batch:
+            dst = fab.ip(peer[s])
             procs.append(fab.endpoint(s).popen(py + ["bulk", "--dst", dst, "--port", str(DATA_PORT), "--duration",
                                                  str(cfg.duration), "--conns", str(cfg.batch_conns), "--mptcp"]))
             procs.append(fab.endpoint(s).popen(["iperf3", "-c", dst, "-p", str(UDP_PORT), "-u", "-b",
@@ -235,9 +323,13 @@ def _trace(fab: Fabric, hosts: list[str], period_s: float, t0: float, stop: thre
 
 
 def vm_rates(rates: list[dict], host: str, window_s: float, t_from: float, t_to: float) -> tuple[float, float]:
-    """(lowest rate over any ``window_s`` window, mean) of everything ``host`` sent, Mb/s."""
-    series = [(r["t"], sum(v for k, v in r.items() if k != "t" and k.endswith(f"-{host}"))) for r in rates
-              if t_from < r["t"] <= t_to]
+    """(lowest rate over any ``window_s`` window, mean) of everything ``host``
+    sent, Mb/s: its TCP of any DSCP (the meter's ``tcp-`` counter; without
+    it, its BG and WC) and its UDP."""
+    def sent(r):
+        classes = ("tcp", "udp") if f"tcp-{host}" in r else ("bg", "wc", "udp")
+        return sum(r.get(f"{c}-{host}", 0.0) for c in classes)
+    series = [(r["t"], sent(r)) for r in rates if t_from < r["t"] <= t_to]
     if not series:
         return 0.0, 0.0
     step = series[1][0] - series[0][0] if len(series) > 1 else window_s
@@ -258,22 +350,23 @@ def web_stats(flows: list[dict], link_mbps: float) -> dict:
             "slowdown_mean": R.mean(slow)}
 
 
-def summarise(run: dict, cfg: Config, ideal: dict[str, float]) -> dict:
+def summarise(run: dict, cfg: Config, ideal: dict[str, float], lay: Layout | None = None) -> dict:
+    lay = lay or layout(1)
     rates, t_to = run["rates"], cfg.duration - 0.5
     out: dict = {}
-    for name, table in BACKLOGGED.items():
-        per_vm = {vm: vm_rates(rates, h, 1.0, cfg.skip_s, t_to) for vm, h in table.items()}
+    for name in BACKLOGGED:
+        per_vm = {v.name: vm_rates(rates, v.endpoint, 1.0, cfg.skip_s, t_to) for v in lay.of(name)}
         # both tenants are backlogged: each VM's demand exceeds its guarantee
-        owed = GUARANTEES[name]
-        out[name] = {"guarantee_mbps": GUARANTEES[name], "owed_mbps": owed,
+        owed = lay.guarantees[name]
+        out[name] = {"guarantee_mbps": owed, "owed_mbps": owed,
                      "min_1s_mbps": min(m for m, _ in per_vm.values()),
                      "held": min(m for m, _ in per_vm.values()) / owed,
                      "mean_mbps": sum(a for _, a in per_vm.values()) / len(per_vm),
                      "per_vm": {vm: {"min_1s": m, "mean": a} for vm, (m, a) in per_vm.items()}}
     web = run.get("web")
-    out["web"] = {"guarantee_mbps": GUARANTEES["web"], **web_stats(web.flows if web is not None else [],
+    out["web"] = {"guarantee_mbps": lay.guarantees["web"], **web_stats(web.flows if web is not None else [],
                                                                    cfg.link_mbps)}
-    carried = sum(out[t]["mean_mbps"] * len(table) for t, table in BACKLOGGED.items())
+    carried = sum(out[t]["mean_mbps"] * len(lay.of(t)) for t in BACKLOGGED)
     total_ideal = sum(ideal.values())
     out["aggregate"] = {"carried_mbps": carried, "ideal_mbps": total_ideal, "of_ideal": carried / total_ideal}
     return out
@@ -283,26 +376,28 @@ def _ms(s: float | None) -> float | None:
     return None if s is None else s * 1000
 
 
-def run_scheme(cfg: Config, scheme: str, topo, out_dir: Path, seed: int) -> dict:
+def run_scheme(cfg: Config, scheme: str, topo, out_dir: Path, seed: int, lay: Layout | None = None) -> dict:
+    lay = lay or layout(1)
     workdir = out_dir / scheme
     workdir.mkdir(parents=True, exist_ok=True)
-    conf = write_config(cfg, workdir, scheme)
+    conf = write_config(cfg, workdir, scheme, lay)
     print(f"{scheme}: starting the fabric and the controller", flush=True)
     if scheme == "best-effort":
-        with Fabric(topo, of_port=cfg.of_port) as fab, ControllerProcess(conf, workdir / "controller.log"):
+        with Fabric(topo, of_port=cfg.of_port, vms=lay.specs()) as fab, \
+                ControllerProcess(conf, workdir / "controller.log"):
             fab.wait_routes(90)
             print(f"{scheme}: {cfg.duration:g} s of traffic", flush=True)
-            return _load(fab, cfg, workdir, seed)
-    hosts = [*ANALYTICS.values(), *BATCH.values(), *WEB.values()]
+            return _load(fab, cfg, lay, workdir, seed)
+    hosts = lay.servers
     queues = {"queues": "tc", "wc_aqm": True} if scheme == "bwfabric" else {}
-    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, **queues) as fab, \
+    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, vms=lay.specs(), **queues) as fab, \
             Agents(fab, workdir / "agents", hosts), ControllerProcess(conf, workdir / "controller.log"):
         fab.wait_routes(90)
         api = configs.ApiClient.from_config(conf)
         took = wait_in_force(api, hosts, timeout_s=60)
         print(f"{scheme}: every agent configured by the controller ({took:.1f} s); {cfg.duration:g} s of traffic",
               flush=True)
-        got = _load(fab, cfg, workdir, seed)
+        got = _load(fab, cfg, lay, workdir, seed)
         got["metrics"] = api.metrics()
         if scheme == "bwfabric":
             got["meters"] = meter_drops(topo, hosts)
@@ -371,12 +466,14 @@ def verdicts(runs: list[dict]) -> list[dict]:
     return out
 
 
-def envelope(topo, ideal: dict[str, float], web_load: float, link_mbps: float, mtu: int) -> dict:
+def envelope(topo, ideal: dict[str, float], web_load: float, link_mbps: float, mtu: int,
+             lay: Layout | None = None) -> dict:
     """The emulation's load at the ideal rates (plus the web tenant's
     offered load, two switches a packet, as a floor) against what userspace
     OVS carries on this machine (packet-hops/s)."""
+    lay = lay or layout(1)
     view = NetworkView(topo)
-    paths = [view.equal_cost_paths(s, PEER[s], limit=1)[0] for s in ideal]
+    paths = [view.equal_cost_paths(lay.host_of(s), lay.host_of(lay.peer[s]), limit=1)[0] for s in ideal]
     hops = R.envelope_pkt_hops(view, paths, list(ideal.values()), mtu)
     hops += len(WEB) * web_load * link_mbps * 1e6 / (mtu * 8) * 2
     return {"pkt_hops_per_s": round(hops), "envelope_pkt_hops_per_s": R.ENVELOPE_PKT_HOPS_PER_S,
@@ -400,7 +497,7 @@ def table_lines(report: dict) -> list[str]:
         spec = ".0f" if key in ("web_p50", "web_p99") else ".2f"
         lines.append(f"{label:<28}" + "".join(f"{_cell(report['spread'][k][key], spec):>{width}}"
                                                for k in schemes))
-    g = ", ".join(f"{t} {GUARANTEES[t]:g}" for t in GUARANTEES)
+    g = ", ".join(f"{t} {v:g}" for t, v in report.get("guarantees", GUARANTEES).items())
     lines.append(f"guarantees per VM (Mb/s): {g}; max-min ideal of analytics + batch: "
                  f"{report['ideal_mbps']:.1f} Mb/s; emulation load {report['envelope']['pkt_hops_per_s']} of "
                  f"~{report['envelope']['envelope_pkt_hops_per_s']} packet-hops/s userspace OVS carries here")
@@ -458,10 +555,14 @@ def run(cfg: Config, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     topo = builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps, mtu=cfg.mtu,
                             queue_bytes=150_000)
+    if cfg.vms_per_host > 1:
+        topo = builders.with_vm_blocks(topo)
+    lay = layout(cfg.vms_per_host, topo, tag=uuid.uuid4().hex[:4])
     topo.save(out_dir / "topology.json")
-    ideal = max_min_ideal(topo)
-    report: dict = {"config": asdict(cfg), "tenants": tenants(), "ideal_mbps": sum(ideal.values()),
-                    "ideal_per_sender_mbps": ideal, "envelope": envelope(topo, ideal, cfg.web_load, cfg.link_mbps, cfg.mtu),
+    ideal = max_min_ideal(topo, lay)
+    report: dict = {"config": asdict(cfg), "tenants": tenants("bwfabric", lay), "guarantees": lay.guarantees,
+                    "ideal_mbps": sum(ideal.values()), "ideal_per_sender_mbps": ideal,
+                    "envelope": envelope(topo, ideal, cfg.web_load, cfg.link_mbps, cfg.mtu, lay),
                     "runs": [], "rates": []}
     for rep in range(cfg.reps):
         seed = cfg.seed + rep
@@ -471,8 +572,8 @@ def run(cfg: Config, out_dir: Path) -> dict:
         topo.save(rep_dir / "topology.json")
         for scheme in cfg.schemes:
             print(f"run {rep + 1} of {cfg.reps}, ", end="", flush=True)
-            got = run_scheme(cfg, scheme, topo, rep_dir, seed)
-            summaries[scheme] = summarise(got, cfg, ideal)
+            got = run_scheme(cfg, scheme, topo, rep_dir, seed, lay)
+            summaries[scheme] = summarise(got, cfg, ideal, lay)
             if "meters" in got:
                 summaries[scheme]["meters"] = got["meters"]
             rates[scheme] = got["rates"]

@@ -136,3 +136,51 @@ def test_meter_stats_are_parsed_per_meter_with_their_drop_band():
     assert parse_meter_stats(text) == {1: {"bytes_in": 829498, "dropped_packets": 13, "dropped_bytes": 19682},
                                        12: {"bytes_in": 307145, "dropped_packets": 0, "dropped_bytes": 0}}
     assert parse_meter_stats("OFPST_METER reply (OF1.3) (xid=0x2):\n") == {}
+
+
+def test_two_vms_per_host_put_two_tenants_on_every_server_with_the_one_vm_load(tmp_path):
+    """vms_per_host=2 (issue #32 §4): every server holds two VMs of different
+    tenants, each in its own namespace and address; the configuration loads
+    and is admitted; every server's and every ToR's guarantees are those of
+    the one-VM layout; each backlogged VM's peer is its tenant's VM two pods
+    on; the max-min ideal gives a mixed ToR's four senders a quarter of its
+    uplinks each."""
+    from controller import admission
+    cfg = product.Config(vms_per_host=2)
+    topo = builders.with_vm_blocks(builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps))
+    topo.save(tmp_path / "topology.json")
+    lay = product.layout(2, topo, tag="t")
+    per_server: dict = {}
+    for v in lay.vms:
+        per_server.setdefault(v.host, []).append(v.tenant)
+    assert len(per_server) == 16 and all(len(ts) == 2 and len(set(ts)) == 2 for ts in per_server.values())
+    assert len({v.endpoint for v in lay.vms}) == 32 and all(v.endpoint.startswith("bwmt") for v in lay.vms)
+    for s, p in lay.peer.items():
+        a, b = next(v for v in lay.vms if v.endpoint == s), next(v for v in lay.vms if v.endpoint == p)
+        assert a.tenant == b.tenant and product.PEER[a.host] == b.host
+    (tmp_path / "bwfabric").mkdir()
+    loaded = config.load(product.write_config(cfg, tmp_path / "bwfabric", "bwfabric", lay))
+    assert len(loaded.vms()) == 32 and {len(v) for v in loaded.host_vms().values()} == {2}
+    one = config.load(product.write_config(product.Config(), tmp_path / "bwfabric", "bwfabric"))
+    assert sum(loaded.guarantees().values()) == pytest.approx(sum(one.guarantees().values()))
+    assert set(loaded.guarantees().values()) == {1.75, 1.0}        # 3 + 0.5 (mixed ToRs), 1 + 1 (web)
+    rows = {r["cut"]: r for r in admission.headroom(loaded.topology, loaded.guarantees(), 0.9)}
+    rows1 = {r["cut"]: r for r in admission.headroom(one.topology, one.guarantees(), 0.9)}
+    assert {c: r["crossing_mbps"] for c, r in rows.items() if c.startswith("ToR")} == \
+        pytest.approx({c: r["crossing_mbps"] for c, r in rows1.items() if c.startswith("ToR")})
+    ideal = product.max_min_ideal(topo, lay)
+    assert set(ideal) == set(lay.senders) and len(ideal) == 16
+    assert all(r == pytest.approx(2.5) for r in ideal.values())
+    # the web load is split between the two web tenants, each among its own VMs
+    flows = product.web_flows(product.Config(vms_per_host=2, duration=30), lay, seed=3)
+    tenant = {v.endpoint: v.tenant for v in lay.vms}
+    assert flows and all(tenant[f.src] == tenant[f.dst] in lay.web_tenants for f in flows)
+    assert {tenant[f.src] for f in flows} == {"web", "search"}
+    with pytest.raises(product.OptionError):
+        product.layout(3, topo)
+
+
+def test_a_vms_rate_is_all_its_tcp_whatever_its_dscp_when_the_meter_counts_it():
+    rates = [{"t": 0.5 * i, "tcp-x": 5.0, "bg-x": 3.0, "wc-x": 1.0, "udp-x": 0.5} for i in range(1, 5)]
+    low, mean = product.vm_rates(rates, "x", 1.0, 0.0, 10.0)
+    assert low == pytest.approx(5.5) and mean == pytest.approx(5.5)
