@@ -292,6 +292,13 @@ class Fabric:
                 return VmEndpoint(spec)
         return self.host(name)
 
+    def server_of(self, name: str) -> str:
+        """The host a VM runs on (a host: itself)."""
+        for spec in self.vms:
+            if spec.netns == name:
+                return spec.host
+        return name
+
     def ip(self, name: str) -> str:
         """A host's or a VM's address."""
         for spec in self.vms:

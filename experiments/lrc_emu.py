@@ -17,6 +17,14 @@ Kinds (``bwfabric experiment lrc-KIND``):
 - ``combined`` (combined mode, prio queues): X, Y, Z with guarantees, an
   adversarial W (UDP flood at the link rate plus 8 connections): every
   pair's BG over its B_i, spare shared by weight.
+- ``vms`` (paper mode, LRC's own setting of 4 VMs per server): servers
+  S1 and S2 send to S5 and S6, four VMs on each, one per tenant; tenant k's
+  VM on S1 sends to its VM on S5, its VM on S2 to its VM on S6 (8 VM-pairs
+  on the shared link, guarantees 0.15/0.10/0.10/0.05 μC per VM, weights
+  1/1/2/1); tenant 4 is adversarial (8 connections and UDP per VM): every
+  other pair's rate over its guarantee, the link's use over μC, the spare
+  shared by weight, and each sender VM's pair limits read from its own
+  namespace.
 - ``failsafe`` (paper mode): X and Y at 30 % of μC each; the controller is
   stopped at 10 s and started again at 25 s. The pair limits in force are
   read from the senders' kernels (HTB classes) every 0.2 s: held for
@@ -52,7 +60,12 @@ KINDS = {
     "table1": "paper mode: weights 1:1, 1:2, 1:4, 1:8",
     "combined": "combined mode: three tenants and an adversarial one",
     "failsafe": "paper mode: the controller stopped for 15 s and restarted: limits held, B_i, no spike",
+    "vms": "paper mode, 4 VMs per server (LRC's setting): 8 VM-pairs of 4 tenants, one adversarial",
 }
+# kind vms: the servers, the tenants' per-VM guarantees (fractions of μC) and weights, the adversary
+VM_SERVERS = {"s1": "s5", "s2": "s6"}
+VM_TENANTS = {"t1": (0.15, 1.0), "t2": (0.10, 1.0), "t3": (0.10, 2.0), "t4": (0.05, 1.0)}
+VM_ADVERSARY = "t4"
 
 
 @dataclass
@@ -98,8 +111,9 @@ def delay_from_metrics(text: str) -> float | None:
 
 
 class Run:
-    def __init__(self, cfg: Config, out_dir: Path, fab: Fabric, api, ctl=None):
+    def __init__(self, cfg: Config, out_dir: Path, fab: Fabric, api, ctl=None, vm_layout=None):
         self.cfg, self.out_dir, self.fab, self.api, self.ctl = cfg, out_dir, fab, api, ctl
+        self.vm_layout = vm_layout
         self.log = RunLog()
         self.snapshots: list = []
 
@@ -299,13 +313,109 @@ def _failsafe(run: Run) -> dict:
                         "peak_after_restart_over_muC": max(after) / cfg.mu_c if after else None}}
 
 
+def vm_layout(topo, tag: str) -> dict[str, dict[str, "object"]]:
+    """kind vms: tenant -> {VM name: VmSpec}: tenant k's VMs in slot k of
+    each server: ``a`` on S1, ``b`` on S2 (senders), ``ra`` on S5, ``rb`` on
+    S6 (their receivers)."""
+    from mininet_topos.vms import VmSpec
+    out: dict = {}
+    for k, t in enumerate(VM_TENANTS, start=1):
+        out[t] = {}
+        for i, (snd, rcv) in enumerate(VM_SERVERS.items()):
+            side = "ab"[i]
+            out[t][side] = VmSpec(f"bwl{tag}{t}{side}", snd, builders.vm_address(topo, snd, k))
+            out[t]["r" + side] = VmSpec(f"bwl{tag}{t}r{side}", rcv, builders.vm_address(topo, rcv, k))
+    return out
+
+
+def _vms(run: Run) -> dict:
+    import subprocess
+    import sys
+
+    from experiments.meter import Meter
+    from mininet_topos.vms import in_vm
+    cfg, fab, layout = run.cfg, run.fab, run.vm_layout
+    g = {t: frac * cfg.mu_c for t, (frac, _) in VM_TENANTS.items()}
+    w = {t: wt for t, (_, wt) in VM_TENANTS.items()}
+    run.tenants({t: {"policy": "guarantee", "wc_subflows": 0,
+                     "vms": {name: {"host": spec.host, "guarantee_mbps": g[t], "weight": w[t], "netns": spec.netns,
+                                    "address": spec.address} for name, spec in vms.items()}}
+                 for t, vms in layout.items()})
+    pairs = [(t, layout[t][side].netns, layout[t]["r" + side].netns) for t in layout for side in "ab"]
+    py = [sys.executable, "-m", "experiments.flowgen"]
+    sinks = [fab.endpoint(r).popen(py + ["server", "--port", "7100", "--out", "/dev/null", "--mptcp"])
+             for _, _, r in pairs]
+    sinks += [fab.endpoint(r).popen(["iperf3", "-s", "-p", "7200"], stdout=subprocess.DEVNULL)
+              for t, _, r in pairs if t == VM_ADVERSARY]
+    time.sleep(1.0)
+    meter = Meter(fab, [r for _, _, r in pairs], cfg.sample_s, senders=[s for _, s, _ in pairs]).start()
+    procs, limits = [], {}
+    try:
+        for t, snd, rcv in pairs:
+            conns = 8 if t == VM_ADVERSARY else 1
+            procs.append(fab.endpoint(snd).popen(py + ["bulk", "--dst", fab.ip(rcv), "--port", "7100", "--duration",
+                                                       str(cfg.duration), "--conns", str(conns), "--mptcp"]))
+            if t == VM_ADVERSARY:
+                procs.append(fab.endpoint(snd).popen(
+                    ["iperf3", "-c", fab.ip(rcv), "-p", "7200", "-u", "-b", f"{0.5 * cfg.mu_c}M", "-t",
+                     str(int(cfg.duration)), "-l", "1400"], stdout=subprocess.DEVNULL))
+        time.sleep(cfg.duration / 2)
+        snap = run.api.get("/v1/lrc")["lrc"]
+        for t, snd, _ in pairs:      # each sender VM's pair classes, read in its own namespace
+            spec = next(v for v in layout[t].values() if v.netns == snd)
+            out = subprocess.run(in_vm(spec, "tc", "class", "show", "dev", "eth0"), capture_output=True,
+                                 text=True).stdout
+            limits[snd] = pair_class_rates(out)
+        time.sleep(cfg.duration / 2 + 0.5)
+    finally:
+        meter.stop()
+        for p in procs + sinks:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs + sinks:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    rates = meter.rates()
+    a, b = cfg.settle_s, cfg.duration
+    per = {}
+    for t, snd, rcv in pairs:
+        rate = sum(window_mean(rates, f"{k}-{snd}", a, b) for k in ("tcp", "udp"))
+        per[snd] = {"tenant": t, "receiver": rcv, "mbps": rate, "guarantee": g[t], "weight": w[t],
+                    "of_guarantee": rate / g[t], "pair_limits_mbps": limits.get(snd, {})}
+    from controller.maxmin import weighted_max_min
+    carried = sum(v["mbps"] for v in per.values())
+    keys = list(per)
+    ideal = dict(zip(keys, weighted_max_min([["L"]] * len(keys), {"L": carried},
+                                            [2 * per[k]["weight"] for k in keys], [per[k]["guarantee"] for k in keys])))
+    honest = [k for k in keys if per[k]["tenant"] != VM_ADVERSARY]
+    lifted = [k for k in honest if ideal[k] > per[k]["guarantee"] * 1.001]
+    norm = {k: per[k]["mbps"] / ideal[k] for k in lifted}
+    mean = sum(norm.values()) / len(norm) if norm else None
+    for k in keys:
+        per[k]["ideal"] = ideal[k]
+    return {"rates": rates, "per_vm": per, "lrc_midrun": snap, "delay_s": run.delay(),
+            "verdict": {"min_of_guarantee": min(per[k]["of_guarantee"] for k in honest),
+                        "adversary_of_guarantee": min(per[k]["of_guarantee"] for k in keys if k not in honest),
+                        "link_of_muC": carried / cfg.mu_c,
+                        "spare_share_error": max(abs(v / mean - 1) for v in norm.values()) if mean else None,
+                        "sender_vms_with_pair_limits": sum(1 for v in per.values() if v["pair_limits_mbps"])}}
+
+
 RUNNERS = {"calibrate": _calibrate, "fig6": _fig6, "fig7": _fig7, "table1": _table1, "combined": _combined,
-           "failsafe": _failsafe}
+           "failsafe": _failsafe, "vms": _vms}
 
 
 def run(cfg: Config, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     topo = builders.bgwc_testbed(link_mbps=cfg.link_mbps, mtu=1500, queue_bytes=450_000)
+    layout, specs = None, ()
+    if cfg.kind == "vms":
+        import uuid
+        topo = builders.with_vm_blocks(topo)
+        layout = vm_layout(topo, uuid.uuid4().hex[:4])
+        specs = tuple(v for vms in layout.values() for v in vms.values())
     topo.save(out_dir / "topology.json")
     combined = cfg.kind == "combined"
     lrc = {"enabled": cfg.kind != "calibrate", "mode": "combined" if combined else "paper", "mu": cfg.mu,
@@ -319,11 +429,11 @@ def run(cfg: Config, out_dir: Path) -> dict:
                          {"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10.0})
     hosts = [*SENDERS, *PAIR.values()]
     report: dict = {"config": asdict(cfg), "kind": cfg.kind}
-    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, queues="tc", wc_aqm=combined) as fab, \
+    with BpfLoaded(), Fabric(topo, of_port=cfg.of_port, queues="tc", wc_aqm=combined, vms=specs) as fab, \
             Agents(fab, out_dir / "agents", hosts), ControllerProcess(conf, out_dir / "controller.log") as ctl:
         fab.wait_routes(60)
         api = configs.ApiClient.from_config(conf)
-        bench = Run(cfg, out_dir, fab, api, ctl)
+        bench = Run(cfg, out_dir, fab, api, ctl, layout)
         report.update(RUNNERS[cfg.kind](bench))
         report["lrc_midrun"] = bench.snapshots
         report["warnings"] = list(fab.warnings)

@@ -24,8 +24,10 @@ def _meter_rules(ip_of, senders) -> str:
                   f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_WC} counter comment "wc-{snd}"',
                   f'ip saddr {ip} meta l4proto udp counter comment "udp-{snd}"']
     body = "\n    ".join(rules)
-    return ("table ip bwfmeter {\n  chain in {\n    type filter hook input priority filter; policy accept;\n    "
-            f"{body}\n  }}\n}}\n")
+    # input: traffic to the host itself; forward: to its VMs (a routed hypervisor's), counted there
+    chains = [f"  chain {hook} {{\n    type filter hook {hook} priority filter; policy accept;\n    {body}\n  }}\n"
+              for hook in ("input", "forward")]
+    return "table ip bwfmeter {\n" + "".join(chains) + "}\n"
 
 
 class Meter:
@@ -53,9 +55,17 @@ class Meter:
             raise RuntimeError(f"nft on {host}: {res.stderr.strip()}")
         return res.stdout
 
+    @property
+    def where(self) -> list[str]:
+        """Where the counters live: each receiver's host (a VM's traffic is
+        counted as its server forwards it -- one ``nft`` per server, not per
+        VM, every sample)."""
+        server_of = getattr(self.fab, "server_of", lambda n: n)
+        return sorted({server_of(r) for r in self.receivers})
+
     def start(self) -> "Meter":
         rules = _meter_rules(self.fab.ip, self.senders)
-        for h in self.receivers:
+        for h in self.where:
             self._nft(h, "-f", "-", stdin="table ip bwfmeter {}\ndelete table ip bwfmeter\n" + rules)
         self.t0 = time.time()
         threading.Thread(target=self._loop, daemon=True).start()
@@ -67,7 +77,7 @@ class Meter:
         one after another, and the time one read takes varies with the load."""
         total: dict[str, int] = {}
         when: dict[str, float] = {}
-        for h in self.receivers:
+        for h in self.where:
             t0 = time.time()
             data = json.loads(self._nft(h, "-j", "list", "table", "ip", "bwfmeter"))
             t = (t0 + time.time()) / 2 - self.t0
@@ -130,7 +140,7 @@ class Meter:
 
     def stop(self) -> None:
         self._stop.set()
-        for h in self.receivers:
+        for h in self.where:
             try:
                 self._nft(h, "delete", "table", "ip", "bwfmeter")
             except RuntimeError:

@@ -72,12 +72,12 @@ class WorkloadResult:
 def run_workload(fab: Fabric, flows: list[FlowSpec], duration_s: float, workdir: Path,
                  drain_s: float = 10.0, warmup_s: float = 2.0, mptcp: bool = False,
                  progress=None) -> WorkloadResult:
-    """Start a flowgen server on every host and one client per sending host
+    """Start a flowgen server on every destination and one client per sender
     replaying its flows; wait ``duration_s + drain_s``; collect."""
     workdir.mkdir(parents=True, exist_ok=True)
     py = [sys.executable, "-m", "experiments.flowgen"]
     extra = ["--mptcp"] if mptcp else []
-    hosts = [h.name for h in fab.topo.hosts]
+    hosts = sorted({f.dst for f in flows})         # hosts or VMs: wherever a flow ends
     servers = {h: fab.endpoint(h).popen(py + ["server", "--port", str(FLOWGEN_PORT), "--out",
                                           str(workdir / f"rx-{h}.json")] + extra) for h in hosts}
     by_src: dict[str, list[dict]] = defaultdict(list)

@@ -64,7 +64,8 @@ SOCKOPS_MAPS = ((PACE_MAP, PACE_MAP_SPEC), (BGCOUNT_MAP, BGCOUNT_MAP_SPEC), (CCS
 # bwf_mark (hostagent/bpf/bwf_mark.bpf.c): the BG marker agents attach to their VMs' egress (tc
 # clsact); pinned with its maps (buckets written by agents, their state kept by the program)
 PIN_MARK = BPFFS / "bwf_mark"
-MARK_MAPS = ("bwf_bgrate", "bwf_bgstate")
+BUCKET_MAP = "bwf_bgrate"    # key = (VM, peer or 0), value = (BG bytes/s, depth); bwf_sockops reads it too
+MARK_MAPS = (BUCKET_MAP, "bwf_bgstate")
 ALL_MAPS = (*MAPS, *COUPLED_MAPS, *(name for name, _ in SOCKOPS_MAPS), *MARK_MAPS)   # everything pinned in BPFFS
 TOOLS = ("clang", "bpftool")
 
@@ -211,7 +212,8 @@ def load() -> dict:
     stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"], objs["bwf_mark"],
                         *([objs["bwf_coupled"]] if coupled else []))
     # a sock_ops program without one of its maps pinned was loaded by a bwfabric that had no such map
-    unpinned = PIN_SOCKOPS.exists() and not all((BPFFS / name).exists() for name, _ in SOCKOPS_MAPS)
+    unpinned = PIN_SOCKOPS.exists() and not all((BPFFS / name).exists()
+                                                for name in (*(n for n, _ in SOCKOPS_MAPS), BUCKET_MAP))
     if (_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp or unpinned):
         try:
             unload(wait_s=10)
@@ -239,23 +241,42 @@ def load() -> dict:
             raise CcError(f"bpftool registered {objs['bwf_coupled'].name} but the kernel does not list "
                           f"{' and '.join(COUPLED_NAMES)}")
         _pin_maps(COUPLED_MAPS)
-    st = status()
-    if not st["sockops_attached"]:
-        for name, spec in SOCKOPS_MAPS:
-            if not (BPFFS / name).exists():
-                _run(["bpftool", "map", "create", str(BPFFS / name), *spec, "name", name])
-        if not PIN_SOCKOPS.exists():
-            _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
-                  *(w for name, _ in SOCKOPS_MAPS for w in ("map", "name", name, "pinned", str(BPFFS / name)))])
-        _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
+    # the marker first: bwf_sockops reads its bucket map (a VM-pair's BG limit is its pacing rate)
     if not PIN_MARK.exists() or not all((BPFFS / m).exists() for m in MARK_MAPS):
         for m in (PIN_MARK, *(BPFFS / m for m in MARK_MAPS)):
             if m.exists():
                 m.unlink()
         _run(["bpftool", "prog", "load", str(objs["bwf_mark"]), str(PIN_MARK), "type", "classifier",
               "pinmaps", str(BPFFS)])
+    st = status()
+    if PIN_SOCKOPS.exists() and not _reads_pinned_buckets():   # loaded with a bucket map that is gone
+        if st["sockops_attached"]:
+            _run(["bpftool", "cgroup", "detach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
+        PIN_SOCKOPS.unlink()
+        st = status()
+    if not st["sockops_attached"]:
+        for name, spec in SOCKOPS_MAPS:
+            if not (BPFFS / name).exists():
+                _run(["bpftool", "map", "create", str(BPFFS / name), *spec, "name", name])
+        if not PIN_SOCKOPS.exists():
+            _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
+                  *(w for name in (*(n for n, _ in SOCKOPS_MAPS), BUCKET_MAP)
+                    for w in ("map", "name", name, "pinned", str(BPFFS / name)))])
+        _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
     STAMP.write_text(stamp)
     return status()
+
+
+def _reads_pinned_buckets() -> bool:
+    """Whether the pinned bwf_sockops uses the pinned bucket map (the
+    marker's now), not one the marker had before it was loaded again."""
+    def ids(kind: str, pin: Path) -> set[int]:
+        got = json.loads(_run(["bpftool", "-j", kind, "show", "pinned", str(pin)]))
+        return {got["id"]} if kind == "map" else set(got.get("map_ids", []))
+    try:
+        return bool(ids("map", BPFFS / BUCKET_MAP) & ids("prog", PIN_SOCKOPS))
+    except (CcError, ValueError, KeyError, TypeError):
+        return False
 
 
 def unload(wait_s: float = 10.0) -> dict:

@@ -54,6 +54,30 @@ struct {
 	__type(value, __u64);
 } bwf_bgpace SEC(".maps");
 
+/* bwf_mark's BG buckets (the marker's pinned map, reused at load time:
+ * the definition must match bwf_mark.bpf.c's): a VM-pair's entry holds the
+ * BG rate its host lets through for that pair -- LRC's per-pair limit of
+ * this round, or the pipe model's -- and BG to that peer is paced at it
+ * (pace_bg), not at the VM's whole guarantee */
+struct bwf_key {
+	__u32 src;		/* network order */
+	__u32 dst;		/* 0: the VM's hose */
+};
+
+struct bwf_rate {
+	__u64 rate;		/* bytes per second */
+	__u64 depth;		/* bytes */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct bwf_key);
+	__type(value, struct bwf_rate);
+} bwf_bgrate SEC(".maps");
+
+#define PAIR_PACE_HEADROOM_PCT 105	/* as the hose's ceiling (hostagent.plan.BG_PACE_HEADROOM) */
+
 /* the VM's coupled congestion control, by hostagent.cc.CC_KINDS' index
  * (written by agents; no entry: BG/WC) */
 struct {
@@ -202,7 +226,11 @@ static __always_inline void size_wc_buffers(struct bpf_sock_ops *skops)
  * 2 x cwnd / srtt, 1.5-3x the guarantee: the scheduler kept picking a full
  * BG subflow, and the WC subflow had nothing to send 30-80 % of the time.
  * So a VM's only BG subflow is paced at its guarantee x 1.05 (bwf_bgpace;
- * no entry: left alone).
+ * no entry: left alone) -- or, towards a peer whose VM-pair has a BG limit
+ * of its own (LRC's, the pipe model's: bwf_mark's pair bucket), at that
+ * limit x 1.05: paced at the whole guarantee, a pair held to a fraction of
+ * it let MPTCP park data on a BG subflow that drains slower than its
+ * pacing rate says.
  *
  * A VM with n > 1 connections sending long flows (each past BG_PACE_AFTER
  * acknowledged, see pace_bg) shares its guarantee among their n BG subflows.
@@ -307,6 +335,9 @@ static __always_inline void pace_bg(struct bpf_sock_ops *skops)
 	__u64 rate, drain, floor;
 	int val;
 
+	struct bwf_key pair = { .src = skops->local_ip4, .dst = skops->remote_ip4 };
+	struct bwf_rate *bucket;
+
 	if (!ceiling || skops->bytes_acked < BG_PACE_AFTER)
 		return;
 	/* counted among the VM's BG senders from here on (once: count_bg keeps
@@ -317,6 +348,11 @@ static __always_inline void pace_bg(struct bpf_sock_ops *skops)
 	 * sending BG subflow at half its guarantee. */
 	count_bg(skops);
 	rate = *ceiling;
+	/* a VM-pair with a BG limit of its own: paced at it (the LRC round's
+	 * rate, read at every round trip: a changed limit takes effect within one) */
+	bucket = bpf_map_lookup_elem(&bwf_bgrate, &pair);
+	if (bucket && bucket->rate && bucket->rate * PAIR_PACE_HEADROOM_PCT / 100 < rate)
+		rate = bucket->rate * PAIR_PACE_HEADROOM_PCT / 100;
 	n = bpf_map_lookup_elem(&bwf_bgcount, &key);
 	if (n && *n > 1) {
 		floor = rate / *n;

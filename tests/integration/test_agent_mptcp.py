@@ -278,3 +278,49 @@ def test_bg_subflows_of_one_vm_are_paced_at_their_share(pair):
     assert max(tbs) < default / 2, (tbs, default)
     bg_bytes = int(re.findall(r"counter packets \d+ bytes (\d+)", counters)[0])
     assert bg_bytes * 8 / secs / 1e6 > 0.75 * g, bg_bytes        # the VM's BG still gets its guarantee
+
+
+def test_a_vm_pairs_bg_is_paced_at_the_pairs_own_limit(pair):
+    """Per-pair BG pacing (issue #32 §5): a VM-pair with a BG limit of its
+    own (here the pipe model's 4 Mb/s to b, as LRC sets one every round)
+    has its BG subflow paced at that limit x 1.05 (bwf_sockops reads
+    bwf_mark's pair bucket), not at the VM's whole guarantee (20 Mb/s):
+    MPTCP's scheduler takes the pacing rate for what BG drains at. A
+    changed limit takes effect on the open connection (read at every
+    round trip)."""
+    names, tag, tmp = pair
+    g, pair_mbps = 20, 4
+    clients = {h: AgentClient(f"unix:{tmp}/{h}.sock", h, host_key(MASTER, h)) for h in IPS}
+
+    def configure(mbps):
+        for h, dev in (("a", f"va{tag}"), ("b", f"vb{tag}")):
+            extra = {"pair_limits_mbps": {IPS["b"]: mbps}} if h == "a" else {}
+            reply = clients[h].request("config", dict(host=h, interface=dev, address=IPS[h], nic_mbps=100,
+                                                      guarantee_mbps=g, policy="equal", **extra))
+            assert reply["ok"], reply
+    configure(pair_mbps)
+    server = subprocess.Popen(["ip", "netns", "exec", names["b"], sys.executable, "-c", SERVER],
+                              stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "ready"
+    client = subprocess.Popen(["ip", "netns", "exec", names["a"], sys.executable, "-c", CLIENT, IPS["b"], "8"])
+    try:
+        def bg_ceiling(acked_at_least):
+            deadline = time.time() + 6
+            while time.time() < deadline:
+                ss = ns(names["a"], "ss", "-tmniH", "dst", IPS["b"]).stdout
+                bg = [ln for ln in ss.splitlines() if "tcp-ulp-mptcp" in ln and "reno" in ln]
+                acked = [int(m.group(1)) for ln in bg if (m := re.search(r"bytes_acked:(\d+)", ln))]
+                if bg and acked and acked[0] >= acked_at_least and "/" in bg[0].split("pacing_rate")[1].split()[0]:
+                    return _mbps(bg[0], ceiling=True), acked[0]
+                time.sleep(0.2)
+            raise AssertionError(ss)
+        first, acked = bg_ceiling(PACE_AFTER)
+        configure(2 * pair_mbps)                       # the pair's limit doubled (as an LRC round would)
+        time.sleep(1.0)
+        second, _ = bg_ceiling(acked + 1)
+    finally:
+        client.wait(20)
+        server.communicate(timeout=20)
+    print(f"BG pacing ceiling at a pair limit of {pair_mbps}: {first} Mb/s; at {2 * pair_mbps}: {second} Mb/s")
+    assert first == pytest.approx(pair_mbps * 1.05, rel=0.02), first         # not g x 1.05 = 21
+    assert second == pytest.approx(2 * pair_mbps * 1.05, rel=0.02), second
