@@ -159,6 +159,51 @@ def _load() -> dict:
             "cpus": os.cpu_count()}
 
 
+# what each kind of process is, by its command line (the first that matches)
+ROLES = (("agent", "bwfabric.cli agent"), ("controller", "bwfabric.cli controller"),
+         ("ovs", "ovs-vswitchd"), ("traffic", "experiments.flowgen"), ("traffic", "iperf3"),
+         ("experiment", "bwfabric.cli experiment"))
+
+
+def _process_ticks() -> dict[str, int]:
+    """CPU ticks (user + system) used so far by every process, summed by
+    role (ROLES; kernel threads: "kernel"; the rest: "other")."""
+    out: dict[str, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        ticks = int(fields[11]) + int(fields[12])
+        role = next((r for r, needle in ROLES if needle in cmd), "kernel" if not cmd else "other")
+        out[role] = out.get(role, 0) + ticks
+    return out
+
+
+class CpuByRole:
+    """Cores each role used between :meth:`start` and :meth:`stop` (the
+    machine's busy share too): what the emulation's load was made of.
+    Processes that ended between the two are not counted."""
+
+    def start(self) -> "CpuByRole":
+        self.t0, self.ticks0, self.machine0 = time.monotonic(), _process_ticks(), _load()["cpu_ticks"]
+        return self
+
+    def stop(self) -> dict:
+        dt = time.monotonic() - self.t0
+        hz = os.sysconf("SC_CLK_TCK")
+        now, machine = _process_ticks(), _load()["cpu_ticks"]
+        cores = {r: max(0, now.get(r, 0) - self.ticks0.get(r, 0)) / hz / dt for r in sorted(set(now))}
+        used = [b - a for a, b in zip(self.machine0, machine)]
+        idle = used[3] + used[4]
+        return {"seconds": round(dt, 2), "cores_by_role": {r: round(c, 3) for r, c in cores.items()},
+                "machine_busy": round(1 - idle / sum(used), 3) if sum(used) else None, "cpus": os.cpu_count()}
+
+
 def snapshot(with_netns: bool = True) -> dict:
     """The environment now."""
     env = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kernel": platform.release(),

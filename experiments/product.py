@@ -50,6 +50,7 @@ from experiments import configs
 from experiments import results as R
 from experiments.agents import Agents, BpfLoaded, wait_in_force
 from experiments.controller_proc import ControllerProcess
+from experiments.environment import CpuByRole
 from experiments.fabric import Fabric
 from experiments.meter import Meter
 from experiments.options import OptionError
@@ -265,6 +266,7 @@ def _load(fab: Fabric, cfg: Config, lay: Layout, workdir: Path, seed: int) -> di
               for s in batch]
     time.sleep(1.0)
     meter = Meter(fab, [peer[s] for s in senders], cfg.sample_s, senders=senders).start()
+    cpu = CpuByRole().start()
     flows = web_flows(cfg, lay, seed)
     web: dict = {}
     web_thread = threading.Thread(target=lambda: web.update(r=run_workload(
@@ -293,6 +295,7 @@ def _load(fab: Fabric, cfg: Config, lay: Layout, workdir: Path, seed: int) -> di
     finally:
         stop_trace.set()
         meter.stop()
+        used = cpu.stop()
         for p in procs + sinks:
             if p.poll() is None:
                 p.terminate()
@@ -304,7 +307,7 @@ def _load(fab: Fabric, cfg: Config, lay: Layout, workdir: Path, seed: int) -> di
         web_thread.join(cfg.duration + 60)
     if cfg.trace:
         R.write_json(workdir / "trace.json", trace)
-    return {"rates": meter.rates(), "web": web.get("r")}
+    return {"rates": meter.rates(), "web": web.get("r"), "cpu": used}
 
 
 def _trace(fab: Fabric, hosts: list[str], period_s: float, t0: float, stop: threading.Event,
@@ -576,6 +579,13 @@ def run(cfg: Config, out_dir: Path) -> dict:
             summaries[scheme] = summarise(got, cfg, ideal, lay)
             if "meters" in got:
                 summaries[scheme]["meters"] = got["meters"]
+            summaries[scheme]["cpu"] = got.get("cpu")
+            if got.get("cpu"):
+                c = got["cpu"]
+                print(f"{scheme}: CPU while the traffic ran: machine {c['machine_busy']:.0%} busy of "
+                      f"{c['cpus']} cores; cores by role " + ", ".join(
+                          f"{r} {v:.2f}" for r, v in sorted(c["cores_by_role"].items(), key=lambda kv: -kv[1])
+                          if v >= 0.01), flush=True)
             rates[scheme] = got["rates"]
             if "metrics" in got:
                 (rep_dir / f"metrics-{scheme}.txt").write_text(got["metrics"])
