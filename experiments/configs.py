@@ -17,7 +17,7 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
           state_file: Path | None = None, lessor: dict | None = None, tenants: dict | None = None,
           agents_dir: Path | None = None, agent_defaults: dict | None = None, api_port: int | None = None,
           prio: dict | None = None, admission_mu: float | None = None, port_stats_s: float | None = None,
-          lrc: dict | None = None) -> Path:
+          lrc: dict | None = None, status_interval_s: float = 1.0) -> Path:
     """A configuration file for one run. With ``agents_dir``, every VM's
     host has an agent at ``unix:<agents_dir>/<host>.sock`` whose key derives
     from ``<agents_dir>/master.key`` (created here); with ``api_port``, the
@@ -46,7 +46,7 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
         if not master.exists():
             write_secret(master, secrets.token_hex(32) + "\n")
         data["agents"] = {"master_key_file": str(master), "address_template": f"unix:{agents_dir}/{{host}}.sock",
-                          "status_interval_s": 1.0, **({"defaults": agent_defaults} if agent_defaults else {})}
+                          "status_interval_s": status_interval_s, **({"defaults": agent_defaults} if agent_defaults else {})}
     if api_port is not None:
         token = path.parent.resolve() / "api.token"
         if not token.exists():

@@ -167,7 +167,8 @@ ROLES = (("agent", "bwfabric.cli agent"), ("controller", "bwfabric.cli controlle
 
 def _process_ticks() -> dict[str, int]:
     """CPU ticks (user + system) used so far by every process, summed by
-    role (ROLES; kernel threads: "kernel"; the rest: "other")."""
+    role (ROLES; kernel threads: "kernel"; the rest: "other"); agents and
+    the controller with the commands they ran and waited for."""
     out: dict[str, int] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -178,8 +179,10 @@ def _process_ticks() -> dict[str, int]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        ticks = int(fields[11]) + int(fields[12])
         role = next((r for r, needle in ROLES if needle in cmd), "kernel" if not cmd else "other")
+        ticks = int(fields[11]) + int(fields[12])
+        if role in ("agent", "controller"):      # and the tools they ran (tc, bpftool, nft, ss), reaped
+            ticks += int(fields[13]) + int(fields[14])
         out[role] = out.get(role, 0) + ticks
     return out
 
