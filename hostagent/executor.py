@@ -793,14 +793,17 @@ class Executor:
             _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / P.BPF_BUCKET_STATE), "key",
                   *map(str, b.key())])
 
-    def set_buckets(self, buckets: list[P.BgBucket]) -> None:
-        """LRC's fast path with the marker: the moved pairs' buckets, which
-        exist (the pairs are the ones the last full apply put in force),
-        rewritten in one bpftool process (``batch``; one per bucket took
-        ~3 ms each, 100 ms for a VM of 32 pairs). Each keeps its tokens and
-        counters (bwf_mark reads the rate at every packet). Not read back
-        here: status reads every bucket back against the plan."""
-        if not buckets:
+    def set_buckets(self, buckets: list[P.BgBucket], remove: list[tuple[str, str]] = ()) -> None:
+        """LRC's fast path with the marker: the moved (or opened) pairs'
+        buckets written and the closed pairs' (``remove``: (src, dst), in
+        force now) deleted, in one bpftool process (``batch``; one per
+        bucket took ~3 ms each, 100 ms for a VM of 32 pairs). A moved bucket
+        keeps its tokens and counters (bwf_mark reads the rate at every
+        packet); a closed pair's state stays until the next full apply or
+        the teardown removes it (it stays ours: touched). Not read back
+        here: status reads every bucket back against the plan. A delete of
+        a bucket that is not there fails the batch (ExecError)."""
+        if not buckets and not remove:
             return
         pin = self.bpf_pin_dir / P.BPF_BUCKET_MAP
         if not pin.exists():
@@ -808,8 +811,12 @@ class Executor:
         for b in buckets:
             self._touch("bucket", [b.src, b.dst or ""])
             self._step(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}]")
+        for src, dst in remove:
+            self._step(f"bpf {P.BPF_BUCKET_MAP}[{src}->{dst or 'hose'}] delete")
         lines = "".join(f"map update pinned {pin} key {' '.join(map(str, b.key()))} "
                         f"value {' '.join(map(str, b.value()))}\n" for b in buckets)
+        lines += "".join(f"map delete pinned {pin} key {' '.join(map(str, _bucket_key(src, dst)))}\n"
+                         for src, dst in remove)
         _run(["bpftool", "batch", "file", "-"], stdin=lines)
 
     def _bucket_remove(self, keep: set | frozenset = frozenset()) -> None:

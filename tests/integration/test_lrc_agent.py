@@ -65,3 +65,24 @@ def test_lrc_pairs_classes_and_fast_path_on_a_live_agent(netns, marker):
     assert not any(c.startswith(("1:1", "1:3")) and len(c) == 5 for c in idle["classes"]), idle["classes"]
     assert idle["buckets"] == {}
     assert out["clean"] == []
+
+
+def test_lrc_pairs_that_are_buckets_open_and_close_without_a_whole_apply(netns):
+    """``wc: competition`` with the marker (the main job's LRC): a pair's
+    BG is its bucket and nothing else, so a pair that opens, splits the
+    hose or closes is a bucket written or deleted in one bpftool process
+    (Agent._pairs_fast) -- and the kernel, read back, agrees each time."""
+    res = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "tests.integration.agent_scenarios",
+                          "lrc_pairs_buckets"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    assert out["quiet"]["did"] == "idle" and out["quiet"]["buckets"] == {}
+    one, two, idle = out["one_pair"], out["two_pairs"], out["idle"]
+    for step, fast in ((one, 1), (two, 2), (idle, 3)):
+        assert step["did"] == "pairs" and step["in_force"], step
+        assert step["fast"] == fast, step                   # by the buckets alone, every time
+    assert one["buckets"] == {"10.9.0.2": pytest.approx(40, rel=0.01)}
+    assert two["buckets"] == {"10.9.0.2": pytest.approx(10, rel=0.01), "10.9.0.3": pytest.approx(30, rel=0.01)}
+    assert idle["buckets"] == {}
+    assert out["repairs"] == 0 and out["clean"] == []
