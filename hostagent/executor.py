@@ -287,6 +287,11 @@ class Executor:
         for step in bpf:
             self._bpf(step)
         self._bpf_remove(keep={(s.map, s.key_ipv4) for s in bpf})
+        for step in plan.of(P.BpfMapAbsent):
+            self._bpf_absent(step)
+        # this plan's VMs own their addresses' buckets: any other left by an earlier run goes
+        self._bucket_strays({s.key_ipv4 for s in bpf if s.map == P.BPF_MAP},
+                            keep={(b.src, b.dst or "") for b in buckets})
         conf = plan.of(P.BpfConf)
         for step in conf:
             self._bpf_conf(step)
@@ -325,6 +330,10 @@ class Executor:
             have = self._bpf_lookup(step.map, step.key_ipv4)
             if have != step.value:
                 out.append(f"bpf {step.map}[{step.key_ipv4}] = {have}, planned {step.value}")
+        for step in plan.of(P.BpfMapAbsent):
+            have = self._bpf_lookup(step.map, step.key_ipv4)
+            if have is not None:
+                out.append(f"bpf {step.map}[{step.key_ipv4}] = {have}, planned none")
         planned_marks = {m.dev for m in plan.of(P.TcMarker)}
         for dev in sorted(planned_marks | set(self.touched.get("marker", []))):
             have = self.marker_prog(dev)
@@ -715,6 +724,40 @@ class Executor:
         value = [str(b) for b in step.value.to_bytes(step.width, "little")]
         self._step(f"bpf {step.map}[{step.key_ipv4}]")
         _run(["bpftool", "map", "update", "pinned", str(pin), "key", *key, "value", *value])
+
+    def _bpf_absent(self, step: P.BpfMapAbsent) -> None:
+        if self._bpf_lookup(step.map, step.key_ipv4) is None:
+            return
+        self._step(f"bpf {step.map}[{step.key_ipv4}] delete (not ours: left by another run)")
+        _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / step.map), "key",
+              *[str(b) for b in ipaddress.IPv4Address(step.key_ipv4).packed]])
+
+    def _bucket_strays(self, addresses: set[str], keep: set) -> None:
+        """Delete bwf_mark buckets (and their state) whose source is one of
+        ``addresses`` and that ``keep`` does not list: the marker and
+        bwf_sockops's per-pair pacing would read them for this VM's flows.
+        One dump of the map."""
+        pin = self.bpf_pin_dir / P.BPF_BUCKET_MAP
+        if not addresses or not pin.exists():
+            return
+        res = subprocess.run(["bpftool", "-j", "map", "dump", "pinned", str(pin)], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise ExecError(f"bpftool map dump {pin}: {res.stderr.strip()[:200]}")
+        try:
+            keys = [bytes(int(b, 16) for b in e["key"]) for e in json.loads(res.stdout)]
+        except (ValueError, KeyError, TypeError):
+            raise ExecError(f"bpftool map dump {pin}: unexpected output {res.stdout[:200]!r}") from None
+        for key in keys:
+            if len(key) != 8:
+                continue
+            src = str(ipaddress.IPv4Address(key[:4]))
+            dst = "" if key[4:] == bytes(4) else str(ipaddress.IPv4Address(key[4:]))
+            if src not in addresses or (src, dst) in keep:
+                continue
+            for name in (P.BPF_BUCKET_MAP, P.BPF_BUCKET_STATE):
+                if self._bpf_raw(name, key) is not None:
+                    self._step(f"bpf {name}[{src}->{dst or 'hose'}] delete (not ours: left by another run)")
+                    _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / name), "key", *map(str, key)])
 
     def _bpf_remove(self, keep: set | frozenset = frozenset()) -> None:
         for entry in list(self.touched.get("bpf", [])):

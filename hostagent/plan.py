@@ -422,6 +422,16 @@ class BpfMapSet:
 
 
 @dataclass(frozen=True)
+class BpfMapAbsent:
+    """No entry for this VM's address in a pinned map it owns the key of
+    (machine-wide maps outlive agents: an entry another run or an earlier
+    configuration of this address left -- a BG pacing ceiling of 0.26
+    Mb/s -- would act on this VM's sockets)."""
+    map: str
+    key_ipv4: str
+
+
+@dataclass(frozen=True)
 class BpfConf:
     """An entry of a pinned BPF array of u64 parameters (0: the program's default)."""
     map: str
@@ -455,6 +465,7 @@ class BgBucket:
 
 
 Step = Sysctl | MptcpLimits | MptcpEndpoint | NftTable | TcQdisc | TcClass | TcLeaf | TcFilter | BpfMapSet | BpfConf \
+    | BpfMapAbsent \
     | TcMarker | BgBucket
 
 
@@ -731,15 +742,20 @@ def marker_plan(cfg: HostConfig, lrc_limits: dict[str, PairLimit] | None = None)
             TcMarker(cfg.interface)]
 
 
-def bpf_plan(cfg: HostConfig, a_l: float | None = None) -> list[BpfMapSet]:
+def bpf_plan(cfg: HostConfig, a_l: float | None = None) -> list[BpfMapSet | BpfMapAbsent]:
     """A_l for bwf_wc (``a_l``: LRC's, in place of the policy's); BG's
     pacing ceiling for bwf_sockops (none without a guarantee, or with
     ``pace_bg`` off)."""
-    steps = [BpfMapSet(BPF_MAP, cfg.address, fixed_point(cfg.a_l if a_l is None else a_l))]
+    steps: list[BpfMapSet | BpfMapAbsent] = [BpfMapSet(BPF_MAP, cfg.address,
+                                                       fixed_point(cfg.a_l if a_l is None else a_l))]
     if cfg.mptcp_cc != "bgwc":      # no entry: BG/WC
         steps.append(BpfMapSet(BPF_CCSEL_MAP, cfg.address, MPTCP_CCS.index(cfg.mptcp_cc), width=4))
+    else:
+        steps.append(BpfMapAbsent(BPF_CCSEL_MAP, cfg.address))
     if cfg.pace_bg and cfg.guarantee_mbps > 0:
         steps.append(BpfMapSet(BPF_PACE_MAP, cfg.address, round(cfg.guarantee_mbps * 1e6 / 8 * BG_PACE_HEADROOM)))
+    else:
+        steps.append(BpfMapAbsent(BPF_PACE_MAP, cfg.address))
     return steps
 
 

@@ -367,9 +367,43 @@ def lrc_pairs_buckets(tmp: Path) -> dict:
     return out
 
 
+def strays_removed(tmp: Path) -> dict:
+    """Entries another run left in the machine-wide maps under this VM's
+    address -- a BG pacing ceiling, a pair bucket -- are deleted when the
+    VM is configured (they acted on its sockets: a VM paced at another
+    run's 0.26 Mb/s); another address's entries are left alone."""
+    bpf = tmp / "bpffs"
+    make_bpf_maps(bpf)
+    a = agent(tmp, bpf)
+
+    def put(name, key: bytes, value: bytes):
+        subprocess.run(["bpftool", "map", "update", "pinned", str(bpf / name), "key", *map(str, key),
+                        "value", *map(str, value)], check=True)
+    me, other = "10.9.0.1", "10.9.0.5"
+    import ipaddress
+    put(P.BPF_PACE_MAP, ipaddress.IPv4Address(me).packed, (32812).to_bytes(8, "little"))
+    stale = P.BgBucket(me, "10.9.0.7", 1000, 3000)
+    foreign = P.BgBucket(other, "10.9.0.7", 1000, 3000)
+    for b in (stale, foreign):
+        put(P.BPF_BUCKET_MAP, b.key(), b.value())
+    out: dict = {"apply": apply(a, pace_bg=False, demote_bg=True)}
+    out["pace"] = a.executor._bpf_lookup(P.BPF_PACE_MAP, me)
+    out["stale_bucket"] = a.executor._bpf_raw(P.BPF_BUCKET_MAP, stale.key()) is not None
+    out["foreign_bucket"] = a.executor._bpf_raw(P.BPF_BUCKET_MAP, foreign.key()) is not None
+    st = a.status()
+    out["in_force"], out["differences"] = st["in_force"], st["differences"]
+    # written after the apply: status says so (it does not trust what it last wrote)
+    put(P.BPF_PACE_MAP, ipaddress.IPv4Address(me).packed, (32812).to_bytes(8, "little"))
+    st = a.status()
+    out["after_write"] = {"in_force": st["in_force"], "differences": st["differences"]}
+    a.executor.teardown()
+    drop_bpf_maps(bpf)
+    return out
+
+
 SCENARIOS = {f.__name__: f for f in (first_config_fails, failed_apply_then_repair, structural_changes,
                                      pair_updates, under_traffic, refused_configs_change_nothing, lrc_pairs,
-                                     lrc_pairs_marker, lrc_pairs_buckets)}
+                                     lrc_pairs_marker, lrc_pairs_buckets, strays_removed)}
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:

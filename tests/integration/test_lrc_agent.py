@@ -86,3 +86,21 @@ def test_lrc_pairs_that_are_buckets_open_and_close_without_a_whole_apply(netns):
     assert two["buckets"] == {"10.9.0.2": pytest.approx(10, rel=0.01), "10.9.0.3": pytest.approx(30, rel=0.01)}
     assert idle["buckets"] == {}
     assert out["repairs"] == 0 and out["clean"] == []
+
+
+def test_entries_another_run_left_under_a_vms_address_are_removed_when_it_is_configured(netns):
+    """The pinned maps are the machine's: an agent that died before its
+    teardown leaves entries keyed by its VMs' addresses (measured: a VM
+    paced at 0.26 Mb/s, the guarantee another run's VM of that address
+    had). Configuring a VM deletes what is under its address and not in
+    its plan -- a pacing ceiling it does not want, a pair bucket -- and
+    status reads it back; another address's entries stay."""
+    res = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "tests.integration.agent_scenarios",
+                          "strays_removed"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    assert out["apply"]["ok"], out
+    assert out["pace"] is None and not out["stale_bucket"] and out["foreign_bucket"], out
+    assert out["in_force"] and out["differences"] == [], out
+    assert not out["after_write"]["in_force"] and "bwf_bgpace" in " ".join(out["after_write"]["differences"])

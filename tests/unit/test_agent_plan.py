@@ -180,20 +180,26 @@ def test_mptcp_sysctl_and_bpf_plans():
         with pytest.raises(P.PlanError, match="rto_max_ms"):
             _cfg(rto_max_ms=bad)
     # A_l for bwf_wc; BG paced at 1.05 x its 35 Mb/s guarantee, in bytes/s, for bwf_sockops
+    # (and no entry of another run's for this address in the maps whose key it owns: BG/WC, paced or not)
     assert P.bpf_plan(cfg) == [P.BpfMapSet(P.BPF_MAP, "10.0.0.1", round(35 / 7.5 * ALPHA_SCALE)),
+                               P.BpfMapAbsent(P.BPF_CCSEL_MAP, "10.0.0.1"),
                                P.BpfMapSet(P.BPF_PACE_MAP, "10.0.0.1", round(35e6 / 8 * 1.05))]
-    assert [s.map for s in P.bpf_plan(_cfg(guarantee_mbps=0))] == [P.BPF_MAP]     # no guarantee: not paced
-    assert [s.map for s in P.bpf_plan(_cfg(pace_bg=False))] == [P.BPF_MAP]
+    assert P.bpf_plan(_cfg(pace_bg=False))[1:] == [P.BpfMapAbsent(P.BPF_CCSEL_MAP, "10.0.0.1"),
+                                                   P.BpfMapAbsent(P.BPF_PACE_MAP, "10.0.0.1")]
+    assert [type(s) for s in P.bpf_plan(_cfg(guarantee_mbps=0))][-1] is P.BpfMapAbsent     # no guarantee: not paced
     whole = P.host_plan(cfg)
     assert len(whole.of(P.NftTable)) == 1 and whole == P.host_plan(cfg)  # deterministic
 
 
 def test_the_tenants_mptcp_congestion_control_is_a_bwf_ccsel_entry():
     # bgwc (the default) is no entry; each coupled one is its index in MPTCP_CCS, a u32 for bwf_sockops
-    assert P.BPF_CCSEL_MAP not in [s.map for s in P.bpf_plan(_cfg())]
+    # (bgwc: no entry, and none of another run's for this address either)
+    assert [s for s in P.bpf_plan(_cfg()) if s.map == P.BPF_CCSEL_MAP] == [P.BpfMapAbsent(P.BPF_CCSEL_MAP,
+                                                                                           "10.0.0.1")]
     for i, kind in enumerate(P.MPTCP_CCS):
         steps = [s for s in P.bpf_plan(_cfg(mptcp_cc=kind)) if s.map == P.BPF_CCSEL_MAP]
-        assert steps == ([] if kind == "bgwc" else [P.BpfMapSet(P.BPF_CCSEL_MAP, "10.0.0.1", i, width=4)])
+        assert steps == ([P.BpfMapAbsent(P.BPF_CCSEL_MAP, "10.0.0.1")] if kind == "bgwc" else
+                         [P.BpfMapSet(P.BPF_CCSEL_MAP, "10.0.0.1", i, width=4)])
     # the order is bwf_sockops' (set_coupled: 1 LIA, 2 MPTCP-D, 3 LIA-VM, 4 Reno)
     assert P.MPTCP_CCS[1:] == ("lia", "mptcp_d", "lia_vm", "uncoupled")
     with pytest.raises(P.PlanError, match="mptcp_cc"):
