@@ -184,3 +184,27 @@ def test_a_vms_rate_is_all_its_tcp_whatever_its_dscp_when_the_meter_counts_it():
     rates = [{"t": 0.5 * i, "tcp-x": 5.0, "bg-x": 3.0, "wc-x": 1.0, "udp-x": 0.5} for i in range(1, 5)]
     low, mean = product.vm_rates(rates, "x", 1.0, 0.0, 10.0)
     assert low == pytest.approx(5.5) and mean == pytest.approx(5.5)
+
+
+def test_bg_is_demoted_only_where_the_fabric_has_a_wc_class(tmp_path):
+    """The marker demotes BG beyond a VM's bucket to WC: with prio queues
+    (bwfabric) a lower class; without them (an LRC paper-mode fabric,
+    reservation) the demoted traffic would go as fast as BG and the VM's
+    limit would hold nothing -- there the agents limit BG with HTB."""
+    from controller import config, tenancy
+    from hostagent import plan
+    cfg = product.Config()
+    builders.fattree(4, link_mbps=cfg.link_mbps, fabric_mbps=cfg.fabric_mbps).save(tmp_path / "topology.json")
+    (tmp_path / "x").mkdir()
+    with_pq = config.load(product.write_config(cfg, tmp_path / "x", "bwfabric"))
+    assert with_pq.cfg.controller.prio_queues and with_pq.cfg.agents.defaults.demote_bg is not False
+    assert tenancy.host_config(with_pq, "h1")["h1"].demote_bg is True
+    from experiments import configs
+    tenants = product.tenants()
+    for t in tenants.values():
+        t["wc_subflows"] = 0
+    lrc_paper = configs.write(tmp_path / "x" / "paper.yaml", tmp_path / "topology.json", "single_path", 6653,
+                              prio_queues=False, tenants=tenants, agents_dir=tmp_path / "x" / "agents",
+                              lrc={"enabled": True, "mode": "paper"})
+    hc = tenancy.host_config(config.load(lrc_paper), "h1")["h1"]
+    assert hc.demote_bg is False and not plan.marker_plan(hc)
