@@ -163,6 +163,7 @@ class Config:
     reps: int = 3
     lrc: bool = True               # bwfabric with LRC in combined mode (LRC below)
     vms_per_host: int = 1          # 2: two VMs of different tenants on every server (Layout)
+    stale_loss_cnt: int = 4        # the agents' net.mptcp.stale_loss_cnt (the kernel's 4)
     trace: bool = False            # the analytics hosts' subflows (ss) every sample_s, to trace-<scheme>.json
     seed: int = 1
     of_port: int = 6653
@@ -208,7 +209,8 @@ def write_config(cfg: Config, workdir: Path, scheme: str, lay: Layout | None = N
     # a WC subflow's round trips swing with the WC queues (RTOs of 3-7 s at 5 Mb/s); a packet it lost
     # is a hole the receiver's window fills up behind, and then BG stands still too: RTOs at most
     # 1 s, and a receive window that opens at Eq. 1's buffer (traced: docs/results.md)
-    defaults = {"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10, "rcvbuf_initial_kb": 32768, "rto_max_ms": 1000}
+    defaults = {"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10, "rcvbuf_initial_kb": 32768, "rto_max_ms": 1000,
+                "stale_loss_cnt": cfg.stale_loss_cnt}
     # the controller's polling (LESSOR's flow counters, the port counters) costs the one userspace
     # OVS process that forwards every packet of the emulation: at 0.5-1 s its CPU was saturated and
     # the fabric itself queued seconds (BG pings 1.6-2.8 s), whatever the queues' priorities
