@@ -333,6 +333,7 @@ def _vms(run: Run) -> dict:
     import sys
 
     from experiments.meter import Meter
+    from experiments.traffic import stop_all
     from mininet_topos.vms import in_vm
     cfg, fab, layout = run.cfg, run.fab, run.vm_layout
     g = {t: frac * cfg.mu_c for t, (frac, _) in VM_TENANTS.items()}
@@ -369,14 +370,7 @@ def _vms(run: Run) -> dict:
         time.sleep(cfg.duration / 2 + 0.5)
     finally:
         meter.stop()
-        for p in procs + sinks:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs + sinks:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs + sinks)
     rates = meter.rates()
     a, b = cfg.settle_s, cfg.duration
     per = {}

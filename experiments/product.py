@@ -54,7 +54,7 @@ from experiments.environment import CpuByRole
 from experiments.fabric import Fabric
 from experiments.meter import Meter
 from experiments.options import OptionError
-from experiments.traffic import run_workload
+from experiments.traffic import run_workload, stop_all
 from experiments.workloads import SizeCdf, open_loop_flows
 from mininet_topos import builders
 
@@ -301,14 +301,7 @@ def _load(fab: Fabric, cfg: Config, lay: Layout, workdir: Path, seed: int) -> di
         stop_trace.set()
         meter.stop()
         used = cpu.stop()
-        for p in procs + sinks:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs + sinks:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs + sinks)
         web_thread.join(cfg.duration + 60)
     if cfg.trace:
         R.write_json(workdir / "trace.json", trace)

@@ -146,3 +146,17 @@ def _wait(seconds: float, progress=None, until=None) -> None:
         time.sleep(step)
         if progress is not None:
             progress(step)
+
+
+def stop_all(procs, wait_s: float = 10.0) -> None:
+    """Terminate every process still running, then wait for each (killed
+    after ``wait_s``)."""
+    import subprocess
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            p.kill()

@@ -115,11 +115,12 @@ def build(extra: dict[str, Path] | None = None) -> dict[str, Path]:
     out = {}
     sources = {name: SRC / f"{name}.bpf.c" for name in ("bwf_wc", "bwf_sockops", "bwf_coupled", "bwf_mark")}
     sources.update(extra or {})
+    headers = max((h.stat().st_mtime for h in SRC.glob("*.h")), default=0.0)   # shared by the programs
     for name, src in sources.items():
         obj = BUILD / f"{name}.bpf.o"
-        if changed or not obj.exists() or obj.stat().st_mtime < max(src.stat().st_mtime, newest_input):
-            _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *defines, f"-I{BUILD}", "-c",
-                  str(src), "-o", str(obj)])
+        if changed or not obj.exists() or obj.stat().st_mtime < max(src.stat().st_mtime, newest_input, headers):
+            _run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", *defines, f"-I{BUILD}", f"-I{SRC}",
+                  "-c", str(src), "-o", str(obj)])
         out[name] = obj
     if changed:       # only then: a read-only tree (the real-guest experiment's) uses what is built
         stamp.write_text(" ".join(defines))

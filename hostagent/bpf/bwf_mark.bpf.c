@@ -80,15 +80,7 @@ char _license[] SEC("license") = "GPL";
 #define TOS_MASK 0xfc
 #endif
 
-struct bwf_key {
-	__u32 src;		/* network order, as in the header */
-	__u32 dst;		/* 0: the VM's hose */
-};
-
-struct bwf_rate {
-	__u64 rate;		/* bytes per second */
-	__u64 depth;		/* bytes */
-};
+#include "bwf_buckets.h"
 
 struct bwf_state {
 	struct bpf_spin_lock lock;
@@ -100,13 +92,6 @@ struct bwf_state {
 	__u64 rate;		/* the rate and depth the tokens were counted for: */
 	__u64 depth;		/* a changed entry starts a full bucket */
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct bwf_key);
-	__type(value, struct bwf_rate);
-} bwf_bgrate SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -54,27 +54,12 @@ struct {
 	__type(value, __u64);
 } bwf_bgpace SEC(".maps");
 
-/* bwf_mark's BG buckets (the marker's pinned map, reused at load time:
- * the definition must match bwf_mark.bpf.c's): a VM-pair's entry holds the
- * BG rate its host lets through for that pair -- LRC's per-pair limit of
- * this round, or the pipe model's -- and BG to that peer is paced at it
- * (pace_bg), not at the VM's whole guarantee */
-struct bwf_key {
-	__u32 src;		/* network order */
-	__u32 dst;		/* 0: the VM's hose */
-};
-
-struct bwf_rate {
-	__u64 rate;		/* bytes per second */
-	__u64 depth;		/* bytes */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct bwf_key);
-	__type(value, struct bwf_rate);
-} bwf_bgrate SEC(".maps");
+/* bwf_mark's BG buckets (bwf_buckets.h; the marker's pinned map, reused at
+ * load time): a VM-pair's entry holds the BG rate its host lets through for
+ * that pair -- LRC's per-pair limit of this round, or the pipe model's --
+ * and BG to that peer is paced at it (pace_bg), not at the VM's whole
+ * guarantee */
+#include "bwf_buckets.h"
 
 #define PAIR_PACE_HEADROOM_PCT 105	/* as the hose's ceiling (hostagent.plan.BG_PACE_HEADROOM) */
 

@@ -227,6 +227,19 @@ def under_traffic(tmp: Path, phase_s: float = 2.0, offered_mbps: float = 60.0) -
     return {"phases": phases, "end": time.time()}
 
 
+LRC_PEERS = {"10.9.0.2": {"weight": 1.0, "guarantee_mbps": 40}, "10.9.0.3": {"weight": 3.0, "guarantee_mbps": 40}}
+
+
+def pair_buckets(a: Agent, src: str = "10.9.0.1", dsts=("10.9.0.2", "10.9.0.3")) -> dict[str, float]:
+    """bwf_mark's pair buckets of ``src`` as the kernel has them, Mb/s."""
+    got = {}
+    for dst in dsts:
+        raw = a.executor._bpf_raw(P.BPF_BUCKET_MAP, P.BgBucket(src, dst, 0, 0).key())
+        if raw is not None:
+            got[dst] = round(int.from_bytes(raw[:8], "little") * 8 / 1e6, 3)
+    return got
+
+
 def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
     """LRC on a live agent: pairs open from real conntrack entries (UDP to
     two peers), the controller's terms raise v, the WC ceilings follow by
@@ -241,8 +254,7 @@ def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
     make_bpf_maps(bpf)
     a = agent(tmp, bpf)
     lrc = {"mode": "combined", "wc": "ceiling", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
-           "peers": {"10.9.0.2": {"weight": 1.0, "guarantee_mbps": 40}, "10.9.0.3": {"weight": 3.0,
-                                                                                   "guarantee_mbps": 40}}}
+           "peers": LRC_PEERS}
     cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc, "demote_bg": marker})
     out: dict = {"apply": a._vm(cfg).put_with_lrc(cfg)}
 
@@ -251,12 +263,7 @@ def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
         return {f"{c >> 16:x}:{c & 0xFFFF:x}": round(k.rate_Bps * 8 / 1e6, 3) for c, k in st.classes.items()}
 
     def buckets():              # bwf_mark's pair buckets as the kernel has them, Mb/s
-        got = {}
-        for dst in ("10.9.0.2", "10.9.0.3"):
-            raw = a.executor._bpf_raw(P.BPF_BUCKET_MAP, P.BgBucket("10.9.0.1", dst, 0, 0).key())
-            if raw is not None:
-                got[dst] = round(int.from_bytes(raw[:8], "little") * 8 / 1e6, 3)
-        return got
+        return pair_buckets(a)
 
     def snap(tag, did):
         st = a.status()
@@ -324,19 +331,13 @@ def lrc_pairs_buckets(tmp: Path) -> dict:
     make_bpf_maps(bpf)
     a = agent(tmp, bpf)
     lrc = {"mode": "combined", "wc": "competition", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
-           "peers": {"10.9.0.2": {"weight": 1.0, "guarantee_mbps": 40}, "10.9.0.3": {"weight": 3.0,
-                                                                                   "guarantee_mbps": 40}}}
+           "peers": LRC_PEERS}
     cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc, "demote_bg": True})
     out: dict = {"apply": a._vm(cfg).put_with_lrc(cfg)}
     vm = a.vm()
 
     def buckets():
-        got = {}
-        for dst in ("10.9.0.2", "10.9.0.3"):
-            raw = a.executor._bpf_raw(P.BPF_BUCKET_MAP, P.BgBucket("10.9.0.1", dst, 0, 0).key())
-            if raw is not None:
-                got[dst] = round(int.from_bytes(raw[:8], "little") * 8 / 1e6, 3)
-        return got
+        return pair_buckets(a)
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
