@@ -20,8 +20,8 @@ what this process last wrote:
   stale filters, then stale classes. The root qdisc is replaced only when
   it is not our HTB; a structural change (hose <-> pipe, a destination
   added or removed) keeps every other class and filter as it is;
-- BPF maps: each entry looked up (``bpftool map lookup``) and updated only
-  where it differs;
+- BPF maps: each entry looked up and updated only where it differs (the
+  bpf system call, hostagent.bpfmap; bpftool only for a map's dump);
 - the BG marker (bwf_mark on the interface's egress, tc clsact): its
   buckets are written before it is attached, and it is attached before
   the HTB's BG class may borrow past the guarantee (and detached only
@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from hostagent.bpfmap import Maps, prog_id
 from hostagent import plan as P
 
 log = logging.getLogger("bwfabric.agent")
@@ -236,6 +237,7 @@ class Executor:
     nft_listing: dict[str, str] = field(default_factory=dict)  # planned text -> the kernel's listing of it
     changes: int = 0                    # kernel changes made (for tests and logs)
     mptcp_limits_original: dict = field(default_factory=dict)   # `ip mptcp limits` before we set them
+    maps: Maps = field(default_factory=Maps)   # the pinned BPF maps, open (bpf system call)
 
     def __post_init__(self) -> None:
         if self.state_file is not None and Path(self.state_file).exists():
@@ -695,19 +697,40 @@ class Executor:
 
     def _bpf_raw(self, name: str, key_bytes: bytes) -> bytes | None:
         """The pinned map's value at the key, as bytes; None: no map or no entry."""
-        pin = self.bpf_pin_dir / name
-        if not pin.exists():
-            return None
-        key = [str(b) for b in key_bytes]
-        res = subprocess.run(["bpftool", "-j", "map", "lookup", "pinned", str(pin), "key", *key],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
+        m = self._map(name)
+        if m is None:
             return None
         try:
-            value = json.loads(res.stdout)["value"]
-            return bytes(int(b, 16) for b in value)
-        except (ValueError, KeyError, TypeError):
-            raise ExecError(f"bpftool map lookup {name}: unexpected output {res.stdout[:200]!r}") from None
+            return m.lookup(bytes(key_bytes))
+        except OSError as exc:
+            raise ExecError(f"BPF map {name}: lookup: {exc}") from None
+
+    def _map(self, name: str):
+        """The pinned map ``name``, open (hostagent.bpfmap: the bpf system
+        call, not a bpftool process per entry); None: not pinned."""
+        try:
+            return self.maps.get(self.bpf_pin_dir / name)
+        except OSError as exc:
+            raise ExecError(f"BPF map {self.bpf_pin_dir / name}: {exc}") from None
+
+    def _map_update(self, name: str, key: bytes, value: bytes) -> None:
+        m = self._map(name)
+        if m is None:
+            raise ExecError(f"BPF map {self.bpf_pin_dir / name} not found: the host's BPF side is not loaded "
+                            "(hostagent.cc.load(), once per machine: `bwfabric agent --load-cc`)")
+        try:
+            m.update(key, value)
+        except OSError as exc:
+            raise ExecError(f"BPF map {name}: update: {exc}") from None
+
+    def _map_delete(self, name: str, key: bytes) -> bool:
+        m = self._map(name)
+        if m is None:
+            return False
+        try:
+            return m.delete(key)
+        except OSError as exc:
+            raise ExecError(f"BPF map {name}: delete: {exc}") from None
 
     def apply_bpf(self, step: P.BpfMapSet) -> None:
         self._bpf(step)
@@ -720,17 +743,14 @@ class Executor:
         self._touch("bpf", [step.map, step.key_ipv4])
         if self._bpf_lookup(step.map, step.key_ipv4) == step.value:
             return
-        key = [str(b) for b in ipaddress.IPv4Address(step.key_ipv4).packed]
-        value = [str(b) for b in step.value.to_bytes(step.width, "little")]
         self._step(f"bpf {step.map}[{step.key_ipv4}]")
-        _run(["bpftool", "map", "update", "pinned", str(pin), "key", *key, "value", *value])
+        self._map_update(step.map, ipaddress.IPv4Address(step.key_ipv4).packed, step.value.to_bytes(step.width, "little"))
 
     def _bpf_absent(self, step: P.BpfMapAbsent) -> None:
         if self._bpf_lookup(step.map, step.key_ipv4) is None:
             return
         self._step(f"bpf {step.map}[{step.key_ipv4}] delete (not ours: left by another run)")
-        _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / step.map), "key",
-              *[str(b) for b in ipaddress.IPv4Address(step.key_ipv4).packed]])
+        self._map_delete(step.map, ipaddress.IPv4Address(step.key_ipv4).packed)
 
     def _bucket_strays(self, addresses: set[str], keep: set) -> None:
         """Delete bwf_mark buckets (and their state) whose source is one of
@@ -757,7 +777,7 @@ class Executor:
             for name in (P.BPF_BUCKET_MAP, P.BPF_BUCKET_STATE):
                 if self._bpf_raw(name, key) is not None:
                     self._step(f"bpf {name}[{src}->{dst or 'hose'}] delete (not ours: left by another run)")
-                    _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / name), "key", *map(str, key)])
+                    self._map_delete(name, key)
 
     def _bpf_remove(self, keep: set | frozenset = frozenset()) -> None:
         for entry in list(self.touched.get("bpf", [])):
@@ -766,8 +786,7 @@ class Executor:
                 continue
             if self._bpf_lookup(name, ip) is not None:
                 self._step(f"bpf {name}[{ip}] delete")
-                key = [str(b) for b in ipaddress.IPv4Address(ip).packed]
-                _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / name), "key", *key])
+                self._map_delete(name, ipaddress.IPv4Address(ip).packed)
             self.touched["bpf"].remove(entry)
             self._save()
 
@@ -776,11 +795,12 @@ class Executor:
         pin = self.bpf_pin_dir / P.MARK_PROG
         if not pin.exists():
             return None
-        res = subprocess.run(["bpftool", "-j", "prog", "show", "pinned", str(pin)], capture_output=True, text=True)
         try:
-            return int(json.loads(res.stdout)["id"]) if res.returncode == 0 else None
-        except (ValueError, KeyError, TypeError):
-            raise ExecError(f"bpftool prog show {pin}: unexpected output {res.stdout[:200]!r}") from None
+            return prog_id(pin)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ExecError(f"BPF program {pin}: {exc}") from None
 
     @staticmethod
     def marker_prog(dev: str) -> int | None:
@@ -827,25 +847,23 @@ class Executor:
         if have == b.value():
             return
         self._step(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}]")
-        _run(["bpftool", "map", "update", "pinned", str(pin), "key", *map(str, b.key()),
-              "value", *map(str, b.value())])
+        self._map_update(P.BPF_BUCKET_MAP, b.key(), b.value())
         # a new bucket starts full, with its counters at 0 (not an earlier run's, left by a process
         # that died before its teardown); a changed one keeps its tokens (bwf_mark: LRC moves a
         # pair's rate every round, a full bucket each time would let a burst through)
-        if have is None and self._bpf_raw(P.BPF_BUCKET_STATE, b.key()) is not None:
-            _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / P.BPF_BUCKET_STATE), "key",
-                  *map(str, b.key())])
+        if have is None:
+            self._map_delete(P.BPF_BUCKET_STATE, b.key())
 
     def set_buckets(self, buckets: list[P.BgBucket], remove: list[tuple[str, str]] = ()) -> None:
         """LRC's fast path with the marker: the moved (or opened) pairs'
         buckets written and the closed pairs' (``remove``: (src, dst), in
-        force now) deleted, in one bpftool process (``batch``; one per
-        bucket took ~3 ms each, 100 ms for a VM of 32 pairs). A moved bucket
+        force now) deleted, with the bpf system call (a bpftool process
+        took ~3 ms each, 100 ms for a VM of 32 pairs). A moved bucket
         keeps its tokens and counters (bwf_mark reads the rate at every
         packet); a closed pair's state stays until the next full apply or
         the teardown removes it (it stays ours: touched). Not read back
         here: status reads every bucket back against the plan. A delete of
-        a bucket that is not there fails the batch (ExecError)."""
+        a bucket that is not there is an ExecError (after the rest).""" 
         if not buckets and not remove:
             return
         pin = self.bpf_pin_dir / P.BPF_BUCKET_MAP
@@ -856,11 +874,11 @@ class Executor:
             self._step(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}]")
         for src, dst in remove:
             self._step(f"bpf {P.BPF_BUCKET_MAP}[{src}->{dst or 'hose'}] delete")
-        lines = "".join(f"map update pinned {pin} key {' '.join(map(str, b.key()))} "
-                        f"value {' '.join(map(str, b.value()))}\n" for b in buckets)
-        lines += "".join(f"map delete pinned {pin} key {' '.join(map(str, _bucket_key(src, dst)))}\n"
-                         for src, dst in remove)
-        _run(["bpftool", "batch", "file", "-"], stdin=lines)
+        for b in buckets:
+            self._map_update(P.BPF_BUCKET_MAP, b.key(), b.value())
+        for src, dst in remove:
+            if not self._map_delete(P.BPF_BUCKET_MAP, _bucket_key(src, dst)):
+                raise ExecError(f"bpf {P.BPF_BUCKET_MAP}[{src}->{dst or 'hose'}]: not there to delete")
 
     def _bucket_remove(self, keep: set | frozenset = frozenset()) -> None:
         for entry in list(self.touched.get("bucket", [])):
@@ -871,7 +889,7 @@ class Executor:
             for name in (P.BPF_BUCKET_MAP, P.BPF_BUCKET_STATE):
                 if self._bpf_raw(name, key) is not None:
                     self._step(f"bpf {name}[{src}->{dst or 'hose'}] delete")
-                    _run(["bpftool", "map", "delete", "pinned", str(self.bpf_pin_dir / name), "key", *map(str, key)])
+                    self._map_delete(name, key)
             self.touched["bucket"].remove(entry)
             self._save()
 
@@ -893,8 +911,7 @@ class Executor:
         if self._bpf_read(step.map, _index_key(step.index)) == step.value:
             return
         self._step(f"bpf {step.map}[{step.index}]")
-        _run(["bpftool", "map", "update", "pinned", str(pin), "key", *[str(b) for b in _index_key(step.index)],
-              "value", *[str(b) for b in step.value.to_bytes(8, "little")]])
+        self._map_update(step.map, _index_key(step.index), step.value.to_bytes(8, "little"))
 
     def _bpf_conf_reset(self, keep: set | frozenset = frozenset()) -> None:
         """Entries no longer planned go back to 0 (the program's default): an array keeps every index."""
@@ -904,8 +921,7 @@ class Executor:
                 continue
             if self._bpf_read(name, _index_key(index)) not in (None, 0):
                 self._step(f"bpf {name}[{index}] reset")
-                _run(["bpftool", "map", "update", "pinned", str(self.bpf_pin_dir / name), "key",
-                      *[str(b) for b in _index_key(index)], "value", *["0"] * 8])
+                self._map_update(name, _index_key(index), bytes(8))
             self.touched["bpfconf"].remove(entry)
             self._save()
 
