@@ -8,7 +8,7 @@ no maintained Python library offers map access without a toolchain (bcc
 compiles at import, libbpf has no Python binding, pyroute2 has no maps).
 The system call's map commands are a small, stable ABI (include/uapi/
 linux/bpf.h: BPF_OBJ_GET, BPF_MAP_LOOKUP_ELEM, _UPDATE_ELEM, _DELETE_ELEM,
-BPF_OBJ_GET_INFO_BY_FD), used here and nowhere else.
+_GET_NEXT_KEY, BPF_OBJ_GET_INFO_BY_FD), used here and nowhere else.
 
 File descriptors of the maps are kept open per pinned path: a map that
 was pinned anew (the loader replaced it) is noticed by the pin's inode
@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 
 SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine())
-BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM = 1, 2, 3
+BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM, BPF_MAP_GET_NEXT_KEY = 1, 2, 3, 4
 BPF_OBJ_GET, BPF_OBJ_GET_INFO_BY_FD = 7, 15
 BPF_ANY = 0
 ATTR_SIZE = 128           # the kernel zero-checks the tail of what it does not know
@@ -119,6 +119,25 @@ class PinnedMap:
                 return False
             raise
         return True
+
+    def keys(self) -> list[bytes]:
+        """Every key, as the kernel walks them now (a hash map's walk starts
+        over if the key it stood on was deleted meanwhile: a key may come
+        twice, none that stayed is missed)."""
+        out: list[bytes] = []
+        cur = None
+        nxt = ctypes.create_string_buffer(self.key_size)
+        for _ in range(1 << 20):           # a walk longer than any map we own is a bug, not a loop
+            k = 0 if cur is None else ctypes.addressof(cur)
+            try:
+                _bpf(BPF_MAP_GET_NEXT_KEY, _attr(("I", self.fd), ("I", 0), ("Q", k), ("Q", ctypes.addressof(nxt))))
+            except BpfMapError as exc:
+                if exc.errno == errno.ENOENT:
+                    return out
+                raise
+            out.append(nxt.raw)
+            cur = ctypes.create_string_buffer(nxt.raw, self.key_size)
+        raise BpfMapError(errno.E2BIG, f"{self.path}: more than 2^20 keys")
 
     def close(self) -> None:
         if self.fd >= 0:

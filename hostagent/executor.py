@@ -21,7 +21,7 @@ what this process last wrote:
   it is not our HTB; a structural change (hose <-> pipe, a destination
   added or removed) keeps every other class and filter as it is;
 - BPF maps: each entry looked up and updated only where it differs (the
-  bpf system call, hostagent.bpfmap; bpftool only for a map's dump);
+  bpf system call, hostagent.bpfmap);
 - the BG marker (bwf_mark on the interface's egress, tc clsact): its
   buckets are written before it is attached, and it is attached before
   the HTB's BG class may borrow past the guarantee (and detached only
@@ -756,17 +756,14 @@ class Executor:
         """Delete bwf_mark buckets (and their state) whose source is one of
         ``addresses`` and that ``keep`` does not list: the marker and
         bwf_sockops's per-pair pacing would read them for this VM's flows.
-        One dump of the map."""
-        pin = self.bpf_pin_dir / P.BPF_BUCKET_MAP
-        if not addresses or not pin.exists():
+        One walk of the map's keys."""
+        m = self._map(P.BPF_BUCKET_MAP) if addresses else None
+        if m is None:
             return
-        res = subprocess.run(["bpftool", "-j", "map", "dump", "pinned", str(pin)], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise ExecError(f"bpftool map dump {pin}: {res.stderr.strip()[:200]}")
         try:
-            keys = [bytes(int(b, 16) for b in e["key"]) for e in json.loads(res.stdout)]
-        except (ValueError, KeyError, TypeError):
-            raise ExecError(f"bpftool map dump {pin}: unexpected output {res.stdout[:200]!r}") from None
+            keys = m.keys()
+        except OSError as exc:
+            raise ExecError(f"BPF map {P.BPF_BUCKET_MAP}: walking its keys: {exc}") from None
         for key in keys:
             if len(key) != 8:
                 continue

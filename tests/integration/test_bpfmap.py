@@ -52,6 +52,23 @@ def test_what_it_writes_bpftool_reads_and_back(bpffs, key, value):
         m.close()
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.sets(st.binary(min_size=8, max_size=8), max_size=40))
+def test_the_keys_it_walks_are_bpftools(bpffs, keys):
+    m = PinnedMap(bpffs / "m")
+    try:
+        for k in keys:
+            m.update(k, bytes(16))
+        dumped = {bytes(int(b, 16) for b in e["key"]) for e in json.loads(subprocess.run(
+            ["bpftool", "-j", "map", "dump", "pinned", str(bpffs / "m")], capture_output=True, text=True,
+            check=True).stdout)}
+        assert set(m.keys()) == dumped == keys
+    finally:
+        for k in keys:
+            m.delete(k)
+        m.close()
+
+
 def test_wrong_sizes_are_refused_by_name_and_change_nothing(bpffs):
     m = PinnedMap(bpffs / "m")
     try:
