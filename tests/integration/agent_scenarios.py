@@ -240,6 +240,17 @@ def pair_buckets(a: Agent, src: str = "10.9.0.1", dsts=("10.9.0.2", "10.9.0.3"))
     return got
 
 
+def lrc_agent(tmp: Path, bpf: Path, wc: str, marker: bool) -> tuple[Agent, dict]:
+    """An agent on a bpffs of its own with one VM (40 Mb/s) running LRC in
+    combined mode (``wc``) towards LRC_PEERS; and its first apply."""
+    make_bpf_maps(bpf)
+    a = agent(tmp, bpf)
+    lrc = {"mode": "combined", "wc": wc, "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
+           "peers": LRC_PEERS}
+    cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc, "demote_bg": marker})
+    return a, {"apply": a._vm(cfg).put_with_lrc(cfg)}
+
+
 def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
     """LRC on a live agent: pairs open from real conntrack entries (UDP to
     two peers), the controller's terms raise v, the WC ceilings follow by
@@ -251,12 +262,7 @@ def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
     from hostagent.executor import read_tc
 
     bpf = tmp / "bpffs"
-    make_bpf_maps(bpf)
-    a = agent(tmp, bpf)
-    lrc = {"mode": "combined", "wc": "ceiling", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
-           "peers": LRC_PEERS}
-    cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc, "demote_bg": marker})
-    out: dict = {"apply": a._vm(cfg).put_with_lrc(cfg)}
+    a, out = lrc_agent(tmp, bpf, "ceiling", marker)
 
     def classes():
         st = read_tc("ag0")
@@ -328,12 +334,7 @@ def lrc_pairs_buckets(tmp: Path) -> dict:
     import socket
 
     bpf = tmp / "bpffs"
-    make_bpf_maps(bpf)
-    a = agent(tmp, bpf)
-    lrc = {"mode": "combined", "wc": "competition", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
-           "peers": LRC_PEERS}
-    cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc, "demote_bg": True})
-    out: dict = {"apply": a._vm(cfg).put_with_lrc(cfg)}
+    a, out = lrc_agent(tmp, bpf, "competition", True)
     vm = a.vm()
 
     def buckets():
