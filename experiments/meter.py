@@ -11,6 +11,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC
+
+JOIN_PORT_BASE = 10100   # hostagent.plan.HostConfig.join_port_base's default: WC joins go to these ports
 from experiments.fabric import Fabric
 
 SUBFLOWS_AT_S = 4.0   # when the meter counts each sender's subflows (after the joins)
@@ -26,6 +28,8 @@ def _meter_rules(ip_of, senders, vms: list[str] = ()) -> str:
         rules += [f'ip saddr {ip} meta l4proto tcp counter comment "tcp-{snd}"',      # all its TCP, any DSCP
                   f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_BG} counter comment "bg-{snd}"',
                   f'ip saddr {ip} meta l4proto tcp ip dscp {NFT_DSCP_WC} counter comment "wc-{snd}"',
+                  # ...of which WC joins (to the agents' join ports): the rest of WC is demoted first subflows
+                  f'ip saddr {ip} tcp dport >= {JOIN_PORT_BASE} ip dscp {NFT_DSCP_WC} counter comment "wcjoin-{snd}"',
                   f'ip saddr {ip} meta l4proto udp counter comment "udp-{snd}"']
     chains = [("input", "")]
     if vms:
@@ -39,9 +43,10 @@ def _meter_rules(ip_of, senders, vms: list[str] = ()) -> str:
 class Meter:
     """Per-sender, per-class byte counters at the receivers, sampled:
     counters ``tcp-<sender>`` (all its TCP), ``bg-<sender>`` (TCP, ToS
-    0x00), ``wc-<sender>`` (TCP, ToS 0x20) and ``udp-<sender>``, read in
-    each receiver's namespace (nft). What ``tcp-`` counts beyond ``bg-`` and
-    ``wc-`` carried another DSCP."""
+    0x00), ``wc-<sender>`` (TCP, ToS 0x20) -- ``wcjoin-<sender>`` the part of
+    it on MPTCP joins, the rest is first subflows' BG demoted by the marker
+    -- and ``udp-<sender>``, read in each receiver's namespace (nft). What
+    ``tcp-`` counts beyond ``bg-`` and ``wc-`` carried another DSCP."""
 
     def __init__(self, fab: Fabric, receivers: list[str], period_s: float, trace: bool = False,
                  senders: list[str] | tuple[str, ...] = ()):
