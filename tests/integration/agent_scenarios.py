@@ -240,6 +240,16 @@ def pair_buckets(a: Agent, src: str = "10.9.0.1", dsts=("10.9.0.2", "10.9.0.3"))
     return got
 
 
+def udp_to(sock, *dsts) -> None:
+    """2 x 1400 bytes to each destination: above what counts as sending in one LRC round."""
+    for d in dsts:
+        for _ in range(2):
+            try:
+                sock.sendto(b"x" * 1400, (d, 9))
+            except OSError:
+                pass
+
+
 def lrc_agent(tmp: Path, bpf: Path, wc: str, marker: bool) -> tuple[Agent, dict]:
     """An agent on a bpffs of its own with one VM (40 Mb/s) running LRC in
     combined mode (``wc``) towards LRC_PEERS; and its first apply."""
@@ -278,13 +288,8 @@ def lrc_pairs(tmp: Path, marker: bool = False) -> dict:
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
-    def poke(*dsts):            # 2 x 1400 bytes each: above what counts as sending in one round
-        for d in dsts:
-            for _ in range(2):
-                try:
-                    sock.sendto(b"x" * 1400, (d, 9))
-                except OSError:
-                    pass
+    def poke(*dsts):
+        udp_to(sock, *dsts)
 
     def sending(*dsts):         # the agent compares byte counts between rounds: two rounds with traffic
         poke(*dsts)
@@ -344,12 +349,7 @@ def lrc_pairs_buckets(tmp: Path) -> dict:
 
     def sending(*dsts):
         for _ in range(2):
-            for d in dsts:
-                for _ in range(2):
-                    try:
-                        sock.sendto(b"x" * 1400, (d, 9))
-                    except OSError:
-                        pass
+            udp_to(sock, *dsts)
             did = a.lrc_round()
         return did
 
