@@ -57,7 +57,7 @@ def vm_config(loaded, placed) -> HostConfig:
     # BG beyond the VM's bucket leaves as WC: a lower class only where the fabric has one (prio queues);
     # without, the demoted traffic goes as fast as BG and the VM's limit holds nothing (lrc-vms, paper
     # mode: an adversary at 2.8x its guarantee) -- the VM's BG is then HTB-limited at the host instead
-    tuning["demote_bg"] = bool(tuning.get("demote_bg", True)) and loaded.cfg.controller.prio_queues
+    tuning["demote_bg"] = tuning["demote_bg"] and loaded.cfg.controller.prio_queues
     interface = placed.interface or (entry.interface if entry and entry.interface else f"{host}-eth0")
     return HostConfig(settings=HostSettings(host=host, interface=interface, address=placed.address,
                                             nic_mbps=float(nic_mbps(loaded.topology, host)),

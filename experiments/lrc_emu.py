@@ -313,7 +313,7 @@ def _failsafe(run: Run) -> dict:
                         "peak_after_restart_over_muC": max(after) / cfg.mu_c if after else None}}
 
 
-def vm_layout(topo, tag: str) -> dict[str, dict[str, "object"]]:
+def vm_layout(topo, tag: str) -> dict:
     """kind vms: tenant -> {VM name: VmSpec}: tenant k's VMs in slot k of
     each server: ``a`` on S1, ``b`` on S2 (senders), ``ra`` on S5, ``rb`` on
     S6 (their receivers)."""

@@ -266,11 +266,11 @@ class Vm:
 
     def _pairs_fast(self, want: dict) -> bool:
         """The pairs that opened or moved get their buckets, the closed ones
-        lose theirs, in one bpftool process -- not the whole plan applied and
+        lose theirs (Executor.set_buckets) -- not the whole plan applied and
         read back (~0.4 s of tool runs a VM, every time one of its web
         flows opened a pair: most of what 16 agents of 32 VMs cost the
-        emulation's two cores). False (nothing changed): a bucket was not
-        where the last apply put it; the caller applies the whole plan."""
+        emulation's two cores). False: a bucket was not where the last
+        apply put it; the caller applies the whole plan."""
         from hostagent.plan import BgBucket, marker_plan
         before = self.lrc_in_force
         changed = [d for d in want if d not in before or not _close(want[d], before[d])]

@@ -67,6 +67,7 @@ PIN_MARK = BPFFS / "bwf_mark"
 BUCKET_MAP = "bwf_bgrate"    # key = (VM, peer or 0), value = (BG bytes/s, depth); bwf_sockops reads it too
 MARK_MAPS = (BUCKET_MAP, "bwf_bgstate")
 ALL_MAPS = (*MAPS, *COUPLED_MAPS, *(name for name, _ in SOCKOPS_MAPS), *MARK_MAPS)   # everything pinned in BPFFS
+SOCKOPS_USES = (*(name for name, _ in SOCKOPS_MAPS), BUCKET_MAP)   # the pinned maps bwf_sockops is loaded on
 TOOLS = ("clang", "bpftool")
 
 
@@ -213,8 +214,7 @@ def load() -> dict:
     stamp = build_stamp(objs["bwf_wc"], objs["bwf_sockops"], objs["bwf_mark"],
                         *([objs["bwf_coupled"]] if coupled else []))
     # a sock_ops program without one of its maps pinned was loaded by a bwfabric that had no such map
-    unpinned = PIN_SOCKOPS.exists() and not all((BPFFS / name).exists()
-                                                for name in (*(n for n, _ in SOCKOPS_MAPS), BUCKET_MAP))
+    unpinned = PIN_SOCKOPS.exists() and not all((BPFFS / name).exists() for name in SOCKOPS_USES)
     if (_registered() or PIN_SOCKOPS.exists()) and (not STAMP.exists() or STAMP.read_text() != stamp or unpinned):
         try:
             unload(wait_s=10)
@@ -261,8 +261,7 @@ def load() -> dict:
                 _run(["bpftool", "map", "create", str(BPFFS / name), *spec, "name", name])
         if not PIN_SOCKOPS.exists():
             _run(["bpftool", "prog", "load", str(objs["bwf_sockops"]), str(PIN_SOCKOPS), "type", "sockops",
-                  *(w for name in (*(n for n, _ in SOCKOPS_MAPS), BUCKET_MAP)
-                    for w in ("map", "name", name, "pinned", str(BPFFS / name)))])
+                  *(w for name in SOCKOPS_USES for w in ("map", "name", name, "pinned", str(BPFFS / name)))])
         _run(["bpftool", "cgroup", "attach", str(cgroup2_root()), "sock_ops", "pinned", str(PIN_SOCKOPS)])
     STAMP.write_text(stamp)
     return status()

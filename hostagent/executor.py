@@ -860,12 +860,8 @@ class Executor:
         packet); a closed pair's state stays until the next full apply or
         the teardown removes it (it stays ours: touched). Not read back
         here: status reads every bucket back against the plan. A delete of
-        a bucket that is not there is an ExecError (after the rest).""" 
-        if not buckets and not remove:
-            return
-        pin = self.bpf_pin_dir / P.BPF_BUCKET_MAP
-        if not pin.exists():
-            raise ExecError(f"BPF map {pin} not found: the host's BPF side is not loaded")
+        a bucket that is not there is an ExecError (after the rest); so is
+        a bucket map that is not pinned (_map_update)."""
         for b in buckets:
             self._touch("bucket", [b.src, b.dst or ""])
             self._step(f"bpf {P.BPF_BUCKET_MAP}[{b.src}->{b.dst or 'hose'}]")
