@@ -179,6 +179,8 @@ class Config:
             raise OptionError(f"option reps={self.reps}: 1 to 20")
         if self.vms_per_host not in (1, 2):
             raise OptionError(f"option vms_per_host={self.vms_per_host}: 1 or 2")
+        if not 1 <= self.stale_loss_cnt <= 100:
+            raise OptionError(f"option stale_loss_cnt={self.stale_loss_cnt}: 1 to 100 (net.mptcp.stale_loss_cnt)")
 
 
 def tenants(scheme: str = "bwfabric", lay: Layout | None = None) -> dict:

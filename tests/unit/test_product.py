@@ -112,6 +112,9 @@ def test_bad_options_are_refused_before_anything_starts(capsys, tmp_path):
     assert "web_load" in capsys.readouterr().err
     assert registry.run("main", ["schemes=ospf"], tmp_path) == 2
     assert registry.run("main", ["reps=0"], tmp_path) == 2
+    for bad in ("vms_per_host=3", "stale_loss_cnt=0", "stale_loss_cnt=101"):
+        assert registry.run("main", [bad], tmp_path) == 2
+        assert bad.split("=")[0] in capsys.readouterr().err
 
 
 def test_a_relative_results_directory_gives_absolute_agent_addresses(tmp_path, monkeypatch):
