@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from apps.lessor.bg import BgPolicy
 from apps.lessor.logic import LessorLogic
 from apps.lessor.pmpt import warm_up
 from controller import api, ofmsg, runtime
@@ -30,6 +31,7 @@ class LessorApp(ForwardingApp):
         settings = self.config.cfg.lessor
         self.lessor = self.logic = self.LOGIC(self.view, settings.polling.polling_config(), settings.epsilon,
                                               long_flow_bytes=settings.long_flow_bytes)
+        self.lessor.set_bg(bg_policy(self.config))
         self.logger.info("PMPT kernels ready in %.2f s", warm_up(self.lessor.paths))
         self.state_file = self.config.cfg.controller.state_file
         if runtime.current() is not None:
@@ -73,6 +75,7 @@ class LessorApp(ForwardingApp):
         with self.lock:
             self.lessor.reconfigure(new.cfg.lessor.polling.polling_config(), new.cfg.lessor.epsilon,
                                     new.cfg.lessor.long_flow_bytes)
+            self.lessor.set_bg(bg_policy(new))
 
     def start(self):
         thread = super().start()
@@ -182,6 +185,18 @@ class LessorApp(ForwardingApp):
         tmp = Path(self.state_file + ".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
+
+
+def bg_policy(loaded) -> BgPolicy:
+    """The declared tenants' BG as LESSOR places it: with prio queues (the
+    fabric's two classes), every VM's guarantee by address and its agent's
+    first join port, and admission control's mu; without, none (one class:
+    nothing travels apart)."""
+    if not loaded.cfg.controller.prio_queues:
+        return BgPolicy()
+    vms = loaded.vms().values()
+    return BgPolicy({p.address: p.vm.guarantee_mbps * 1e6 for p in vms},
+                    {p.address: loaded.tuning(p.host).join_port_base for p in vms}, loaded.cfg.admission.mu)
 
 
 ECHO_RTT_MAX_S = 60.0

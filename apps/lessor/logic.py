@@ -16,11 +16,17 @@
   dead flows vanish. A moved flow is installed make-before-break: entries on
   the new path go out destination-first, the ToR's entry is switched last,
   and entries only the old path used are removed after.
+- BG first (:mod:`apps.lessor.bg`, given the declared tenants by
+  :meth:`LessorLogic.set_bg`): long flows that travel in the guaranteed
+  class carry their VM's share of its guarantee, and PMPT places them
+  before everything else so that no link's BG exceeds mu x C. They are
+  never pinned, and an installed routing is kept only while its BG fits.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from apps.lessor.bg import BgPolicy
 from apps.lessor.hedera import ELEPHANT_FRACTION, estimate_demands
 from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import DEFAULT_EPSILON, Allocation, LongFlow, mrtf_key, pmpt
@@ -46,6 +52,7 @@ FiveTuple = tuple[str, str, int, int, int]  # src ip, dst ip, proto, src port, d
 class Installed:
     path: tuple[str, ...]
     rate: float
+    bg: float = 0.0     # bits/s of BG it carries (apps.lessor.bg)
 
 
 class LessorLogic:
@@ -70,6 +77,16 @@ class LessorLogic:
         self.uncertified = 0      # allocations PMPT ended at its phase cap without a certified gap
         self.moves_per_allocation: list[int] = []   # installed flows moved by each allocation (last 1000)
         self.pinned: set[FiveTuple] = set()          # installed flows limited outside the fabric (last look)
+        self.bg = BgPolicy()
+
+    def set_bg(self, policy: BgPolicy) -> None:
+        """The declared tenants' BG (a reload brings a new one): the next
+        allocation places BG flows first."""
+        if not isinstance(policy, BgPolicy):
+            raise TypeError(f"BG policy: {type(policy).__name__} is not a BgPolicy")
+        if policy != self.bg:
+            self.bg = policy
+            self._last_input = None
 
     def reconfigure(self, polling: PollingConfig, epsilon: float, long_flow_bytes: int) -> None:
         """New settings (a reload): the polling period is kept within the new bounds."""
@@ -182,7 +199,19 @@ class LessorLogic:
             else:
                 demand = st.predicted
             flows.append(LongFlow(st.key, st.src_tor, st.dst_tor, demand, self.table.remaining_bytes(st.key)))
-        return flows
+        bg = self.bg.shares({f.key: f.demand for f in flows})
+        return [replace(f, bg=bg[f.key]) if bg.get(f.key, 0.0) > 0 else f for f in flows]
+
+    def bg_over(self, routes: dict[FiveTuple, "Installed"]) -> list[tuple[str, str]]:
+        """Switch-to-switch links whose BG (the routes' ``bg`` along their
+        paths) exceeds mu x capacity."""
+        load: dict[tuple[str, str], float] = {}
+        for inst in routes.values():
+            if inst.bg > 0:
+                for link in self.view.path_links(inst.path[1:-1]):
+                    load[link] = load.get(link, 0.0) + inst.bg
+        return sorted(link for link, bg in load.items()
+                      if bg > self.bg.mu * self.view.capacity(*link) * (1 + 1e-9))
 
     def fabric_utilisation(self) -> dict[tuple[str, str], float]:
         """Known load / capacity of every switch-to-switch link: installed
@@ -241,6 +270,10 @@ class LessorLogic:
         only reproduce it. Saves the controller's CPU between changes."""
         if not flows:
             return False
+        # BG known now that was not when the flows were installed, or BG moved
+        if any(abs(self.installed[f.key].bg - f.bg) > DEMAND_BAND * max(self.installed[f.key].bg, f.bg)
+               for f in flows if f.key in self.installed) or self.bg_over(self.installed):
+            return True
         free = self.host_limited(flows)
         if all(f.key in self.installed for f in flows) and free >= {f.key for f in flows}:
             return False
@@ -262,7 +295,7 @@ class LessorLogic:
 
     def allocate(self, flows: list[LongFlow]) -> Allocation:
         """The heavy part: run it off the event loop."""
-        return pmpt(flows, self.paths, epsilon=self.epsilon)
+        return pmpt(flows, self.paths, epsilon=self.epsilon, mu=self.bg.mu)
 
     def install(self, allocation: Allocation, flows: list[LongFlow]) -> list[tuple[str, list[ofmsg.Message]]]:
         """Messages per switch, in the order to send them (make-before-break)."""
@@ -273,17 +306,19 @@ class LessorLogic:
         adds: list[tuple[str, list[ofmsg.Message]]] = []
         removals: list[tuple[str, list[ofmsg.Message]]] = []
         wanted = {}
+        bg = {f.key: f.bg for f in flows}
         for f in flows:
             tor_path = allocation.flow_path.get(f.key)
             if tor_path is None:
                 continue
             src, dst = self.view.host_by_ip(f.key[0]), self.view.host_by_ip(f.key[1])
-            wanted[f.key] = Installed((src, *tor_path, dst), allocation.flow_rate.get(f.key, 0.0))
-        # flows limited outside the fabric stay where they are: no move can help them
-        self.pinned = self.host_limited(flows)
+            wanted[f.key] = Installed((src, *tor_path, dst), allocation.flow_rate.get(f.key, 0.0), f.bg)
+        # flows limited outside the fabric stay where they are: no move can help them. BG is
+        # limited at its host by design (paced at its share): its place is the BG placement's
+        self.pinned = self.host_limited([f for f in flows if not f.bg])
         for key in self.pinned:
             if key in wanted:
-                wanted[key] = Installed(self.installed[key].path, wanted[key].rate)
+                wanted[key] = Installed(self.installed[key].path, wanted[key].rate, bg[key])
         kept = self._keep_current(flows, wanted, allocation.integral_lam)
         if kept is not None:
             wanted = kept
@@ -312,7 +347,7 @@ class LessorLogic:
         others are fitted around them (MRTF order, least-congested candidate
         path); returned if its one-path lambda is within REROUTE_GAIN of the
         new allocation's, else None (the new allocation wins)."""
-        keep = {f.key: self.installed[f.key] for f in flows if f.key in self.installed
+        keep = {f.key: replace(self.installed[f.key], bg=f.bg) for f in flows if f.key in self.installed
                 and all(self.view.link_up(u, v) for u, v in self.view.path_links(self.installed[f.key].path))}
         if not keep or all(keep.get(k) == v for k, v in wanted.items()):
             return None
@@ -336,9 +371,12 @@ class LessorLogic:
             best = min(candidates, key=lambda p: (worst(p), candidates.index(p)))
             add(best, f.demand)
             ends = wanted[f.key].path
-            mixed[f.key] = Installed((ends[0], *best, ends[-1]), f.demand)
+            mixed[f.key] = Installed((ends[0], *best, ends[-1]), f.demand, f.bg)
         lam = min((self.view.capacity(*link) / load for link, load in loads.items() if load > 0),
                   default=float("inf"))
+        # keeping must not put more BG on a link than mu x C where the new allocation does not
+        if set(self.bg_over(mixed)) - set(self.bg_over(wanted)):
+            return None
         return mixed if lam >= (1 - REROUTE_GAIN) * new_lam else None
 
     # ---- entries --------------------------------------------------------------------------

@@ -78,6 +78,9 @@ class LongFlow:
     dst_tor: str
     demand: float  # B_f, bits/s
     remaining_bytes: float | None = None
+    # bits/s of the guaranteed class (BG) this flow carries: BG flows are
+    # placed first, each link's BG sum within mu x C (:func:`place_bg`)
+    bg: float = 0.0
 
     @property
     def remaining_time(self) -> float:
@@ -100,6 +103,8 @@ class Allocation:
     stopped_by: str = ""
     unroutable: list[Hashable] = field(default_factory=list)
     placement: str = ""
+    bg_load: dict[tuple[str, str], float] = field(default_factory=dict)   # link -> BG placed on it, bits/s
+    bg_over: list[tuple[str, str]] = field(default_factory=list)   # links whose BG could not be kept within mu x C
 
 
 @dataclass
@@ -113,12 +118,12 @@ class _Group:
     x: np.ndarray                 # routed (scaled units) per path
 
 
-def _groups(flows: Iterable[LongFlow], paths: PathDictionary) -> tuple[list[_Group], list[LongFlow], list]:
+def _groups(flows: Iterable[LongFlow], paths: PathDictionary,
+            cap: np.ndarray) -> tuple[list[_Group], list[LongFlow], list]:
     by_key: dict[tuple[str, str], list[LongFlow]] = {}
     for f in flows:
         by_key.setdefault((f.src_tor, f.dst_tor), []).append(f)
     groups, local, unroutable = [], [], []
-    cap = paths.capacity
     for key in sorted(by_key):
         fl = by_key[key]
         if key[0] == key[1]:
@@ -136,7 +141,7 @@ def _groups(flows: Iterable[LongFlow], paths: PathDictionary) -> tuple[list[_Gro
     return groups, local, unroutable
 
 
-def _cut_bound(groups: list[_Group], paths: PathDictionary) -> float:
+def _cut_bound(groups: list[_Group], paths: PathDictionary, cap: np.ndarray) -> float:
     """Upper bound on lambda*: each ToR's demand must leave (enter) through
     its up (down) links."""
     out_dem: dict[str, float] = {}
@@ -148,8 +153,8 @@ def _cut_bound(groups: list[_Group], paths: PathDictionary) -> float:
     in_cap: dict[str, float] = {}
     for i, (u, v) in enumerate(paths.links):
         if paths.up(i):
-            out_cap[u] = out_cap.get(u, 0.0) + paths.capacity[i]
-            in_cap[v] = in_cap.get(v, 0.0) + paths.capacity[i]
+            out_cap[u] = out_cap.get(u, 0.0) + cap[i]
+            in_cap[v] = in_cap.get(v, 0.0) + cap[i]
     bound = math.inf
     for tor, d in out_dem.items():
         bound = min(bound, out_cap.get(tor, 0.0) / d)
@@ -204,6 +209,9 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
                                                   and math.isfinite(f.remaining_bytes)
                                                   and f.remaining_bytes >= 0):
             raise ValueError(f"flow {f.key!r}: remaining_bytes {f.remaining_bytes!r} must be finite and >= 0")
+        if isinstance(f.bg, bool) or not isinstance(f.bg, (int, float)) or not \
+                (math.isfinite(f.bg) and 0 <= f.bg <= MAX_DEMAND_BPS):
+            raise ValueError(f"flow {f.key!r}: bg {f.bg!r} must be a finite number in [0, {MAX_DEMAND_BPS:g}]")
     cap = paths.capacity
     bad = np.flatnonzero(~np.isfinite(cap) | (cap < 0))
     if len(bad):
@@ -211,30 +219,152 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
         raise ValueError(f"link {u}->{v}: capacity {cap[bad[0]]!r} must be finite and >= 0")
 
 
-def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFAULT_EPSILON,
-         max_phases: int = 5000) -> Allocation:
-    """Groups with no usable path (a ToR cut off by failures, zero-capacity
-    links) are reported in ``unroutable``; every other flow is still placed."""
-    from apps.lessor import _kernels as K
+def check_mu(mu: float) -> None:
+    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not (math.isfinite(mu) and 0 < mu <= 1):
+        raise ValueError(f"mu={mu!r}: must be a number in (0, 1]")
 
+
+def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFAULT_EPSILON,
+         max_phases: int = 5000, mu: float = 1.0) -> Allocation:
+    """Groups with no usable path (a ToR cut off by failures, zero-capacity
+    links) are reported in ``unroutable``; every other flow is still placed.
+
+    Flows that carry BG (``bg`` > 0) are placed first, on their own, so that
+    no link's BG sum exceeds ``mu`` x its capacity where that is possible
+    (:func:`place_bg`): the strict-priority queues give BG whatever it
+    sends, so a link whose BG exceeds it misses guarantees whatever the
+    rest does; each gets b_f = bg. The other flows (WC subflows, flows of
+    VMs without guarantees) are then placed by the FPTAS and
+    :func:`apps.lessor.placement.place` on what BG leaves of every link
+    (at least ``RESIDUAL_FLOOR`` of it: WC keeps a candidate path); the
+    lambdas reported are theirs on that residual capacity."""
     check_epsilon(epsilon)
+    check_mu(mu)
     if isinstance(max_phases, bool) or not isinstance(max_phases, int) or max_phases < 1:
         raise ValueError(f"max_phases={max_phases!r}: must be an integer >= 1")
     t_start = time.perf_counter()
     flows = list(flows)
     check_inputs(flows, paths)
-    groups, local, unroutable = _groups(flows, paths)
+    bg = [f for f in flows if f.bg > 0 and f.src_tor != f.dst_tor]
+    if not bg:
+        return _place_all(flows, paths, paths.capacity, epsilon, max_phases, t_start)
+    bg_path, bg_load, bg_unroutable = place_bg(bg, paths, mu)
+    residual = np.maximum(paths.capacity - bg_load, RESIDUAL_FLOOR * paths.capacity)
+    alloc = _place_all([f for f in flows if f.key not in bg_path and f.key not in bg_unroutable], paths,
+                       residual, epsilon, max_phases, t_start)
+    for f in bg:
+        if f.key in bg_path:
+            alloc.flow_path[f.key] = bg_path[f.key]
+            alloc.flow_rate[f.key] = f.bg
+    alloc.unroutable = sorted([*alloc.unroutable, *bg_unroutable], key=str)
+    alloc.bg_load = {paths.links[i]: float(bg_load[i]) for i in np.flatnonzero(bg_load > 0)}
+    alloc.bg_over = [paths.links[i] for i in np.flatnonzero(bg_load > mu * paths.capacity * (1 + 1e-9))]
+    alloc.placement = f"BG first ({len(bg_path)} flows); {alloc.placement or 'no other flows'}"
+    alloc.seconds = time.perf_counter() - t_start
+    return alloc
+
+
+RESIDUAL_FLOOR = 0.05   # of a link's capacity, left to the other flows' placement however much BG it carries
+BG_REPAIR_ROUNDS = 200  # moves of BG flows off links above mu x C after the greedy
+
+
+def place_bg(flows: list[LongFlow], paths: PathDictionary,
+             mu: float) -> tuple[dict[Hashable, tuple[str, ...]], np.ndarray, list[Hashable]]:
+    """One path per BG flow such that every link's BG sum stays within
+    ``mu`` x its capacity where the candidate paths allow it. Returns
+    (flow -> ToR path, BG per link in bits/s, flows with no path).
+
+    Largest BG first, each on the candidate path whose busiest link would
+    be least full relative to mu x C (ties: least total, then path order):
+    the longest-processing-time rule of bin packing, which keeps two
+    guarantees that fit a ToR's uplinks together but not one uplink on
+    different uplinks. Then, while a link is above mu x C, the step that
+    lowers the total BG above mu x C the most is taken (at most
+    ``BG_REPAIR_ROUNDS``): a flow on such a link moves to another of its
+    paths, or exchanges paths with a flow of the same ToR pair (what
+    largest-first leaves over -- 3, 3, 2, 2, 2 on two links of 6 -- a single
+    move cannot undo). Deterministic: ties by flow key."""
+    limit = mu * paths.capacity
+    safe = np.where(limit > 0, limit, 1.0)
+    load = np.zeros(len(limit))
+    chosen: dict[Hashable, int] = {}
+    cand: dict[Hashable, tuple[list, np.ndarray]] = {}
+    unroutable = []
+    ordered = sorted(flows, key=lambda f: (-f.bg, str(f.key)))
+    for f in ordered:
+        nodes, idx = paths.paths(f.src_tor, f.dst_tor)
+        if len(nodes) == 0:
+            unroutable.append(f.key)
+            continue
+        cand[f.key] = (nodes, idx)
+        util = (load[idx] + f.bg) / safe[idx]
+        worst, total = util.max(axis=1), util.sum(axis=1)
+        p = min(range(len(nodes)), key=lambda q: (worst[q], total[q], q))
+        chosen[f.key] = p
+        load[idx[p]] += f.bg
+    def overflow(ld: np.ndarray) -> float:
+        return float(np.maximum(ld - limit, 0.0).sum())
+
+    placed = [f for f in ordered if f.key in chosen]
+    for _ in range(BG_REPAIR_ROUNDS):
+        over = load > limit * (1 + 1e-9)
+        if not over.any():
+            break
+        now = overflow(load)
+        best = None
+        for f in placed:
+            nodes, idx = cand[f.key]
+            here = idx[chosen[f.key]]
+            if not over[here].any():
+                continue
+            # a move: f alone to another of its paths
+            for q in range(len(nodes)):
+                if q != chosen[f.key]:
+                    after = load.copy()
+                    after[here] -= f.bg
+                    after[idx[q]] += f.bg
+                    left = overflow(after)
+                    if left < now * (1 - 1e-9) and (best is None or left < best[0]):
+                        best = (left, ((f, q),))
+            # an exchange: f and a flow of its ToR pair on another path swap paths
+            for g in placed:
+                if (g.src_tor, g.dst_tor) != (f.src_tor, f.dst_tor) or chosen[g.key] == chosen[f.key] \
+                        or g.bg == f.bg:
+                    continue
+                there = idx[chosen[g.key]]
+                after = load.copy()
+                after[here] += g.bg - f.bg
+                after[there] += f.bg - g.bg
+                left = overflow(after)
+                if left < now * (1 - 1e-9) and (best is None or left < best[0]):
+                    best = (left, ((f, chosen[g.key]), (g, chosen[f.key])))
+        if best is None:
+            break
+        for f, q in best[1]:
+            idx = cand[f.key][1]
+            load[idx[chosen[f.key]]] -= f.bg
+            load[idx[q]] += f.bg
+        for f, q in best[1]:
+            chosen[f.key] = q
+    return {k: cand[k][0][p] for k, p in chosen.items()}, load, unroutable
+
+
+def _place_all(flows: list[LongFlow], paths: PathDictionary, cap: np.ndarray, epsilon: float,
+               max_phases: int, t_start: float) -> Allocation:
+    """The FPTAS and the one-path placement of ``flows`` on capacities ``cap``."""
+    from apps.lessor import _kernels as K
+
+    groups, local, unroutable = _groups(flows, paths, cap)
     flow_path: dict[Hashable, tuple[str, ...]] = {f.key: (f.src_tor,) for f in local}
     flow_rate: dict[Hashable, float] = {f.key: f.demand for f in local}
     if not groups:
         return Allocation(math.inf, math.inf, {}, flow_path, flow_rate, math.inf,
                           seconds=time.perf_counter() - t_start, stopped_by="no fabric demand",
                           unroutable=unroutable)
-    cap = paths.capacity
     path_links, path_hops, group_start, x = _flatten(groups)
     bottleneck = np.concatenate([g.bottleneck for g in groups])
     used = np.unique(np.concatenate([g.idx.ravel() for g in groups]))
-    scale = _cut_bound(groups, paths)
+    scale = _cut_bound(groups, paths, cap)
     if not scale > 0:  # every group has a path of positive capacity, so this cannot happen
         raise AssertionError(f"PMPT: cut bound {scale} for groups that all have paths")
     demand = np.array([g.demand * scale for g in groups])  # scaled: lambda* <= 1

@@ -65,3 +65,36 @@ def test_settings_come_from_the_configuration(tmp_path, app_config):
     inst = LessorApp()
     assert inst.lessor.epsilon == 0.1 and inst.lessor.table.long_bytes == 5000
     assert (inst.lessor.polling.config.min_s, inst.lessor.polling.config.max_s) == (1, 30)
+
+
+def test_bg_policy_follows_the_declared_tenants(tmp_path, app_config):
+    key = tmp_path / "agent.key"
+    key.write_bytes(b"k" * 32)
+    key.chmod(0o600)
+    AGENTS = {"hosts": {h: {"address": f"unix:{tmp_path}/{h}.sock", "key_file": str(key)} for h in ("h1", "h2")}}
+    """With prio queues the app's LESSOR knows every VM's guarantee and join
+    ports (apps.lessor.bg); a reload with other guarantees replaces them;
+    without prio queues nothing is BG."""
+    from apps.lessor.app import bg_policy
+    from controller import config
+    topo = builders.fattree(4, link_mbps=10, fabric_mbps=5)
+    tenants = {"t": {"vms": {"a": {"host": "h1", "guarantee_mbps": 4.0}, "b": {"host": "h2", "guarantee_mbps": 1.5}}}}
+    app_config(topo, controller={"routing": "lessor", "prio_queues": True}, tenants=tenants,
+               agents={**AGENTS, "defaults": {"join_port_base": 12000}},
+               admission={"mu": 0.8})
+    inst = LessorApp()
+    view = NetworkView(topo)
+    h1, h2 = view.ip("h1"), view.ip("h2")
+    pol = inst.lessor.bg
+    assert pol.guarantee_bps == {h1: 4e6, h2: 1.5e6} and pol.mu == 0.8
+    assert pol.carries_bg((h1, view.ip("h5"), 6, 40000, 5001))
+    assert not pol.carries_bg((h1, h2, 6, 40000, 12000))
+    tenants["t"]["vms"]["a"]["guarantee_mbps"] = 2.0
+    path = app_config(topo, controller={"routing": "lessor", "prio_queues": True}, tenants=tenants,
+                      agents=AGENTS, admission={"mu": 0.8})
+    new = config.load(path)
+    inst.config_changed(inst.config, new)
+    assert inst.lessor.bg.guarantee_bps[h1] == 2e6 and inst.lessor.bg.join_port_base[h1] == 10100
+    app_config(topo, controller={"routing": "lessor", "prio_queues": False}, tenants=tenants,
+               agents=AGENTS)
+    assert bg_policy(config.load(path)).guarantee_bps == {}

@@ -1,0 +1,85 @@
+"""Which long flows carry BG, and how much (pure).
+
+LESSOR sees flows as the ToRs' 5-tuple counters; what it must know to keep
+guarantees is which of them travel in the guaranteed class (BG) and at what
+rate, so that :func:`apps.lessor.pmpt.place_bg` keeps every link's BG sum
+within mu x C. What the hosts do decides it (hostagent.plan):
+
+- every TCP connection is MPTCP; its first subflow is BG and is paced at
+  the VM-pair's limit, its joins are WC. A join goes to one of the
+  server's signal ports, ``join_port_base`` .. ``join_port_base + JOIN_PORTS
+  - 1`` of the server VM: a TCP flow with either port in the join range of
+  the VM at that end is WC, any other TCP flow from a VM with a guarantee
+  is BG;
+- UDP from a VM with a guarantee is BG (the switches put every UDP packet
+  in the BG queue and meter it at the guarantee: apps/prio_queues).
+
+A VM's hose guarantee is shared by its long BG flows max-min, each at most
+its demand (a reverse ACK stream, application-limited at its measured rate,
+takes what it uses and no more). Flows of addresses without a guarantee
+carry no BG.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+IPPROTO_TCP, IPPROTO_UDP = 6, 17
+JOIN_PORTS = 8          # hostagent.plan: wc_subflows <= 8, join ports base .. base + wc_subflows - 1
+
+
+@dataclass(frozen=True)
+class BgPolicy:
+    """What the declared tenants say of BG: each VM's hose guarantee by
+    address (bits/s), the first join port of each VM's agent, and mu (the
+    share of a link guarantees may fill). Empty: no flow carries BG (no
+    prio queues, LESSOR places every flow alike)."""
+    guarantee_bps: Mapping[str, float] = field(default_factory=dict)
+    join_port_base: Mapping[str, int] = field(default_factory=dict)
+    mu: float = 1.0
+
+    def __post_init__(self):
+        if isinstance(self.mu, bool) or not isinstance(self.mu, (int, float)) or \
+                not (math.isfinite(self.mu) and 0 < self.mu <= 1):
+            raise ValueError(f"BG policy: mu {self.mu!r} must be a number in (0, 1]")
+        for ip, g in self.guarantee_bps.items():
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not (math.isfinite(g) and g > 0):
+                raise ValueError(f"BG policy: guarantee of {ip} {g!r} must be a finite number > 0 (bits/s)")
+        for ip, base in self.join_port_base.items():
+            if isinstance(base, bool) or not isinstance(base, int) or not 1 <= base <= 65536 - JOIN_PORTS:
+                raise ValueError(f"BG policy: join port base of {ip} {base!r} must be an integer in "
+                                 f"[1, {65536 - JOIN_PORTS}]")
+
+    def _joins(self, ip: str, port: int) -> bool:
+        base = self.join_port_base.get(ip)
+        return base is not None and base <= port < base + JOIN_PORTS
+
+    def carries_bg(self, key: tuple) -> bool:
+        """Whether the flow (src ip, dst ip, proto, src port, dst port) is BG."""
+        src, dst, proto, sport, dport = key
+        if src not in self.guarantee_bps:
+            return False
+        if proto == IPPROTO_UDP:
+            return True
+        if proto != IPPROTO_TCP:
+            return False
+        return not (self._joins(dst, dport) or self._joins(src, sport))
+
+    def shares(self, demands: Mapping[tuple, float]) -> dict[tuple, float]:
+        """flow key -> BG bits/s for the BG flows among ``demands`` (key ->
+        demand, bits/s): each source VM's guarantee shared max-min among its
+        BG flows, each capped at its demand."""
+        by_vm: dict[str, list[tuple[float, tuple]]] = {}
+        for key, demand in demands.items():
+            if self.carries_bg(key):
+                by_vm.setdefault(key[0], []).append((max(0.0, demand), key))
+        out: dict[tuple, float] = {}
+        for vm, flows in by_vm.items():
+            left, n = self.guarantee_bps[vm], len(flows)
+            for demand, key in sorted(flows, key=lambda t: (t[0], str(t[1]))):
+                out[key] = min(demand, left / n)
+                left -= out[key]
+                n -= 1
+        return out

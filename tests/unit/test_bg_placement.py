@@ -1,0 +1,233 @@
+"""BG-aware placement: BG flows placed first, every link's BG within mu x C
+(apps.lessor.pmpt.place_bg), which flows carry BG (apps.lessor.bg), and
+LESSOR's logic keeping it so (apps.lessor.logic)."""
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from apps.lessor.bg import JOIN_PORTS, BgPolicy
+from apps.lessor.logic import Installed, LessorLogic
+from apps.lessor.paths import PathDictionary
+from apps.lessor.pmpt import LongFlow, place_bg, pmpt
+from controller.network_view import NetworkView
+from mininet_topos import builders
+
+MU = 0.9
+
+
+def _view():
+    # the main job's fabric: 10 Mb/s host links, 5 Mb/s switch-to-switch links
+    return NetworkView(builders.fattree(4, link_mbps=10, fabric_mbps=5))
+
+
+def _uplink(view, path):
+    return view.path_links(path)[0]
+
+
+def _bg_loads(view, routes):
+    loads = {}
+    for path, bg in routes:
+        for link in view.path_links(path):
+            loads[link] = loads.get(link, 0.0) + bg
+    return loads
+
+
+def _case(view):
+    """Two VMs behind ToR e0_0 whose guarantees (4 + 1.5 Mb/s) fit its two
+    5 Mb/s uplinks together (mu x 10 = 9) but not one (mu x 5 = 4.5), both
+    sending to pod 1, and a WC flow of twice their demand on the same
+    ToR pair: balancing demands alone puts both BG flows on one uplink."""
+    a, b = view.host_switch("h1")[0], view.host_switch("h5")[0]
+    return [LongFlow("bgA", a, b, 2.5e6, bg=4e6), LongFlow("bgB", a, b, 2.5e6, bg=1.5e6),
+            LongFlow("wc", a, b, 5e6)]
+
+
+def test_guarantees_larger_than_one_uplink_go_on_different_uplinks():
+    view = _view()
+    pd = PathDictionary(view)
+    flows = _case(view)
+    blind = pmpt([LongFlow(f.key, f.src_tor, f.dst_tor, f.demand) for f in flows], pd, mu=MU)
+    # the case is one BG-blind placement gets wrong: both BG flows share an uplink
+    assert _uplink(view, blind.flow_path["bgA"]) == _uplink(view, blind.flow_path["bgB"])
+    a = pmpt(flows, pd, mu=MU)
+    assert _uplink(view, a.flow_path["bgA"]) != _uplink(view, a.flow_path["bgB"])
+    loads = _bg_loads(view, [(a.flow_path[f.key], f.bg) for f in flows])
+    assert all(bg <= MU * view.capacity(*link) for link, bg in loads.items())
+    assert a.bg_over == []
+    assert a.bg_load == pytest.approx({link: bg for link, bg in loads.items() if bg > 0})
+    # the WC flow goes where BG leaves the most: beside the 1.5, not the 4
+    assert _uplink(view, a.flow_path["wc"]) == _uplink(view, a.flow_path["bgB"])
+    assert a.flow_rate["bgA"] == 4e6 and a.flow_rate["bgB"] == 1.5e6
+
+
+def test_bg_that_cannot_fit_is_reported_not_dropped():
+    view = _view()
+    pd = PathDictionary(view)
+    a, b = view.host_switch("h1")[0], view.host_switch("h5")[0]
+    flows = [LongFlow(i, a, b, 5e6, bg=4e6) for i in range(3)]   # 12 Mb/s of BG on 2 x 4.5
+    alloc = pmpt(flows, pd, mu=MU)
+    assert set(alloc.flow_path) == {0, 1, 2}
+    assert alloc.bg_over and all(alloc.bg_load[link] > MU * view.capacity(*link) for link in alloc.bg_over)
+
+
+def test_repair_exchanges_what_largest_first_leaves_over():
+    """3, 3, 2, 2, 2 Mb/s of BG on a ToR's two 6 Mb/s uplinks (mu 1):
+    largest first gives 3+2+2 | 3+2 (7 on one uplink), and no single move
+    helps; an exchange of a 3 with a 2 makes 2+2+2 | 3+3."""
+    view = NetworkView(builders.fattree(4, link_mbps=20, fabric_mbps=6))
+    pd = PathDictionary(view)
+    a, b = view.host_switch("h1")[0], view.host_switch("h5")[0]
+    flows = [LongFlow(i, a, b, 6e6, bg=x * 1e6) for i, x in enumerate((3, 3, 2, 2, 2))]
+    paths, load, unroutable = place_bg(flows, pd, 1.0)
+    assert not unroutable and (load <= pd.capacity * (1 + 1e-9)).all()
+    up = {k: view.path_links(p)[0] for k, p in paths.items()}
+    assert up[0] == up[1] and len({up[2], up[3], up[4]}) == 1 and up[0] != up[2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 20), mu=st.floats(0.3, 1.0))
+def test_bg_placement_accounts_every_link(seed, n, mu):
+    import random
+    rng = random.Random(seed)
+    view = _view()
+    pd = PathDictionary(view)
+    flows = []
+    for i in range(n):
+        s, d = rng.sample(view.hosts, 2)
+        flows.append(LongFlow(i, view.host_switch(s)[0], view.host_switch(d)[0], rng.uniform(0.1, 10) * 1e6,
+                              bg=rng.choice([0.0, rng.uniform(0.1, 5) * 1e6])))
+    alloc = pmpt(flows, pd, mu=mu)
+    cross = [f for f in flows if f.src_tor != f.dst_tor]
+    for f in cross:
+        assert alloc.flow_path[f.key] in pd.paths(f.src_tor, f.dst_tor)[0]
+    loads = _bg_loads(view, [(alloc.flow_path[f.key], f.bg) for f in cross if f.bg > 0])
+    assert alloc.bg_load == pytest.approx({k: v for k, v in loads.items() if v > 0})
+    assert sorted(alloc.bg_over) == sorted(k for k, v in loads.items() if v > mu * view.capacity(*k) * (1 + 1e-9))
+    for f in cross:
+        if f.bg > 0:
+            assert alloc.flow_rate[f.key] == f.bg
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, True, "1"])
+def test_pmpt_refuses_bad_bg_and_mu_by_name(bad):
+    view = _view()
+    pd = PathDictionary(view)
+    a, b = view.host_switch("h1")[0], view.host_switch("h5")[0]
+    with pytest.raises(ValueError, match="bg"):
+        pmpt([LongFlow(1, a, b, 1e6, bg=bad)], pd)
+    with pytest.raises(ValueError, match="mu"):
+        pmpt([LongFlow(1, a, b, 1e6)], pd, mu=bad)
+    with pytest.raises(ValueError, match="mu"):
+        BgPolicy(mu=bad)
+    with pytest.raises(ValueError, match="guarantee"):
+        BgPolicy({"10.0.0.1": bad})
+    with pytest.raises(ValueError, match="join port"):
+        BgPolicy({}, {"10.0.0.1": bad})
+
+
+def test_pmpt_refuses_zero_mu():
+    view = _view()
+    with pytest.raises(ValueError, match="mu"):
+        pmpt([], PathDictionary(view), mu=0.0)
+
+
+# ---- which flows carry BG ---------------------------------------------------------------
+A, B, C = "10.0.0.1", "10.0.0.2", "10.0.0.3"
+POLICY = BgPolicy({A: 3e6, B: 1e6}, {A: 10100, B: 10100, C: 20000}, 0.9)
+
+
+def test_first_subflows_and_udp_are_bg_joins_are_not():
+    assert POLICY.carries_bg((A, B, 6, 40000, 5001))            # A's first subflow to B's service
+    assert not POLICY.carries_bg((A, B, 6, 40001, 10100))       # A's join to B's signal port
+    assert not POLICY.carries_bg((A, B, 6, 40001, 10100 + JOIN_PORTS - 1))
+    assert POLICY.carries_bg((A, B, 6, 40001, 10100 + JOIN_PORTS))
+    assert not POLICY.carries_bg((A, B, 6, 10103, 40000))       # A serving on its own join port: WC
+    assert not POLICY.carries_bg((A, C, 6, 40000, 20002))       # C's join ports are C's own
+    assert POLICY.carries_bg((A, C, 6, 40000, 10100))
+    assert POLICY.carries_bg((A, B, 17, 40000, 5201))           # UDP: BG in the fabric
+    assert not POLICY.carries_bg((A, B, 1, 0, 0))
+    assert not POLICY.carries_bg((C, A, 6, 40000, 5001))        # no guarantee, no BG
+
+
+def test_a_vms_guarantee_is_shared_max_min_among_its_bg_flows():
+    demands = {(A, B, 6, 1, 5001): 5e6, (A, C, 6, 2, 5001): 5e6, (A, B, 6, 3, 5002): 0.2e6,
+               (A, B, 6, 4, 10100): 5e6, (B, A, 17, 5, 5201): 9e6, (C, A, 6, 6, 5001): 5e6}
+    shares = POLICY.shares(demands)
+    assert shares == pytest.approx({(A, B, 6, 1, 5001): 1.4e6, (A, C, 6, 2, 5001): 1.4e6,
+                                    (A, B, 6, 3, 5002): 0.2e6, (B, A, 17, 5, 5201): 1e6})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([A, B, C]), st.sampled_from([6, 17]), st.integers(1, 65535),
+                          st.floats(0, 1e8)), max_size=30, unique_by=lambda t: (t[0], t[1], t[2])))
+def test_shares_never_exceed_a_guarantee_or_a_demand(rows):
+    demands = {(src, A if src != A else B, proto, port, 5001): d for src, proto, port, d in rows}
+    shares = POLICY.shares(demands)
+    for vm, g in POLICY.guarantee_bps.items():
+        got = [v for k, v in shares.items() if k[0] == vm]
+        assert sum(got) <= g * (1 + 1e-9)
+        want = [d for k, d in demands.items() if k[0] == vm and POLICY.carries_bg(k)]
+        # work-conserving within the guarantee: all of it, or every demand met
+        assert sum(got) == pytest.approx(min(g, sum(want)), rel=1e-9, abs=1e-6)
+    for k, v in shares.items():
+        assert 0 <= v <= demands[k] + 1e-9
+
+
+# ---- LESSOR's logic ------------------------------------------------------------------------
+def _logic_with_flows(view):
+    logic = LessorLogic(view)
+    h1, h2, h5, h6 = (view.ip(h) for h in ("h1", "h2", "h5", "h6"))
+    logic.set_bg(BgPolicy({h1: 4e6, h2: 1.5e6}, {h: 10100 for h in (h1, h2, h5, h6)}, MU))
+    return logic, [(h1, h5, 6, 40000, 5001), (h2, h6, 6, 40001, 5001), (h1, h5, 6, 40002, 10100)]
+
+
+def test_logic_marks_bg_long_flows_and_places_them_apart():
+    view = _view()
+    logic, keys = _logic_with_flows(view)
+    t = 0.0
+    for step in range(1, 6):
+        t = step * 1.0
+        for key in keys:
+            sw = view.host_switch(view.host_by_ip(key[0]))[0]
+            logic.table.update(key, sw, view.host_switch(view.host_by_ip(key[1]))[0],
+                               int(step * 2e6 / 8 * (3 if key[4] == 10100 else 1)), t)
+    flows = logic.long_flows()
+    bg = {f.key: f.bg for f in flows}
+    assert bg[keys[0]] == pytest.approx(min(4e6, next(f.demand for f in flows if f.key == keys[0])))
+    assert bg[keys[1]] > 0 and bg[keys[2]] == 0
+    assert logic.allocation_needed(flows)
+    msgs = logic.install(logic.allocate(flows), flows)
+    assert msgs
+    ups = {k: logic.installed[k].path[2] for k in keys[:2]}    # host, ToR, aggregation...
+    assert ups[keys[0]] != ups[keys[1]]
+    assert logic.bg_over(logic.installed) == []
+
+
+def test_logic_reallocates_when_installed_bg_exceeds_mu_c():
+    """Both BG flows installed on one uplink (5.5 > mu x 5), a WC flow on the
+    other: keeping that routing is better by demands alone (lambda 1 against
+    the new one's), yet it must not be kept."""
+    view = _view()
+    logic, keys = _logic_with_flows(view)
+    h1, h5 = view.host_switch("h1")[0], view.host_switch("h5")[0]
+    cands = PathDictionary(view).paths(h1, h5)[0]
+    one, other = cands[0], next(p for p in cands if p[1] != cands[0][1])
+    flows = [LongFlow(keys[0], h1, h5, 2.5e6, bg=4e6), LongFlow(keys[1], h1, h5, 2.5e6, bg=1.5e6),
+             LongFlow(keys[2], h1, h5, 5e6)]
+    for f, path in zip(flows, (one, one, other)):
+        logic.installed[f.key] = Installed((view.host_by_ip(f.key[0]), *path, view.host_by_ip(f.key[1])), 0.0, f.bg)
+    logic._last_input = (view.version, {f.key: f.demand for f in flows})
+    assert logic.bg_over(logic.installed)       # both on one uplink: 5.5 > 4.5
+    assert logic.allocation_needed(flows)
+    logic.install(logic.allocate(flows), flows)
+    assert logic.bg_over(logic.installed) == []
+    assert logic.installed[keys[0]].path[2] != logic.installed[keys[1]].path[2]
+
+
+def test_set_bg_refuses_what_is_not_a_policy():
+    logic = LessorLogic(_view())
+    with pytest.raises(TypeError):
+        logic.set_bg({"10.0.0.1": 1e6})
+    assert logic.bg == BgPolicy()
