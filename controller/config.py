@@ -119,6 +119,8 @@ class Lessor(_Strict):
     long_flow_bytes: int = Field(LONG_FLOW_BYTES, ge=1, le=10**12,
                                  description="a flow that sent this many bytes in one period is long")
     polling: Polling = Field(default_factory=Polling, description="PRE's CPU-adaptive polling (Algorithm 1)")
+    bg_first: bool = Field(True, description="with prio queues: place the long flows that carry BG (first "
+                           "subflows, UDP) before the rest, each link's BG within admission.mu x its capacity")
 
 
 class PrioQueues(_Strict):

@@ -124,13 +124,17 @@ class Layout:
         return tuple(VmSpec(v.endpoint, v.host, v.address) for v in self.vms if v.address is not None)
 
 
-def layout(vms_per_host: int, topo=None, tag: str = "") -> Layout:
+def layout(vms_per_host: int, topo=None, tag: str = "", guarantees: tuple[float, ...] = ()) -> Layout:
     """The main job's VMs: ``vms_per_host`` 1 (each VM its host) or 2 (on
-    ``topo`` with VM blocks; namespaces named ``bwm<tag><vm>``)."""
+    ``topo`` with VM blocks; namespaces named ``bwm<tag><vm>``);
+    ``guarantees``: analytics' and batch's per server (default 3, 0.5)."""
+    base = dict(GUARANTEES)
+    if guarantees:
+        base["analytics"], base["batch"] = guarantees
     if vms_per_host == 1:
         vms = [PlacedVm(t, vm, h, h) for t, table in (("analytics", ANALYTICS), ("batch", BATCH), ("web", WEB))
                for vm, h in table.items()]
-        return Layout(tuple(vms), dict(GUARANTEES), dict(PEER), ("web",))
+        return Layout(tuple(vms), base, dict(PEER), ("web",))
     if vms_per_host != 2:
         raise OptionError(f"option vms_per_host={vms_per_host}: 1 or 2")
     pairs = {"mixed": ("analytics", "batch"), "web": ("web", "search")}
@@ -143,8 +147,8 @@ def layout(vms_per_host: int, topo=None, tag: str = "") -> Layout:
                 vms.append(PlacedVm(tenant, name, h, f"bwm{tag}{name}", builders.vm_address(topo, h, slot)))
     by = {(v.tenant, v.host): v.endpoint for v in vms}
     peer = {by[(t, h)]: by[(t, PEER[h])] for t in BACKLOGGED for h in mixed}
-    g = {"analytics": GUARANTEES["analytics"] / 2, "batch": GUARANTEES["batch"] / 2,
-         "web": GUARANTEES["web"] / 2, "search": GUARANTEES["web"] / 2}
+    g = {"analytics": base["analytics"] / 2, "batch": base["batch"] / 2,
+         "web": base["web"] / 2, "search": base["web"] / 2}
     return Layout(tuple(vms), g, peer, ("web", "search"))
 
 
@@ -165,6 +169,10 @@ class Config:
     vms_per_host: int = 1          # 2: two VMs of different tenants on every server (Layout)
     stale_loss_cnt: int = 4        # the agents' net.mptcp.stale_loss_cnt (the kernel's 4)
     trace: bool = False            # the analytics hosts' subflows (ss) every sample_s, to trace-<scheme>.json
+    # analytics,batch guarantees per VM (Mb/s; empty: 3,0.5 -- halved with two VMs per host). 4,1: the
+    # main job's first guarantees, 5 Mb/s on a ToR whose uplinks take mu x 5 each (issue #32 sec. 3)
+    guarantees: tuple[float, ...] = ()
+    bg_first: bool = True          # bwfabric's LESSOR places BG first (lessor.bg_first)
     seed: int = 1
     of_port: int = 6653
 
@@ -179,6 +187,10 @@ class Config:
             raise OptionError(f"option reps={self.reps}: 1 to 20")
         if self.vms_per_host not in (1, 2):
             raise OptionError(f"option vms_per_host={self.vms_per_host}: 1 or 2")
+        if self.guarantees and (len(self.guarantees) != 2 or not all(0 < g <= self.link_mbps
+                                                                         for g in self.guarantees)):
+            raise OptionError(f"option guarantees={','.join(map(str, self.guarantees))}: analytics,batch in Mb/s, "
+                              f"each in (0, link_mbps]")
         if not 1 <= self.stale_loss_cnt <= 100:
             raise OptionError(f"option stale_loss_cnt={self.stale_loss_cnt}: 1 to 100 (net.mptcp.stale_loss_cnt)")
 
@@ -226,7 +238,8 @@ def write_config(cfg: Config, workdir: Path, scheme: str, lay: Layout | None = N
         return configs.write(workdir / "bwfabric.yaml", topo_file, "ecmp", cfg.of_port,
                              agent_defaults={**defaults, "demote_bg": False}, **common)
     return configs.write(workdir / "bwfabric.yaml", topo_file, "lessor", cfg.of_port, prio_queues=True,
-                         agent_defaults=defaults, lessor={"polling": {"initial_s": 2.0, "min_s": 2.0}},
+                         agent_defaults=defaults,
+                         lessor={"polling": {"initial_s": 2.0, "min_s": 2.0}, "bg_first": cfg.bg_first},
                          lrc=LRC if cfg.lrc else None, **common)
 
 
@@ -566,7 +579,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
                             queue_bytes=150_000)
     if cfg.vms_per_host > 1:
         topo = builders.with_vm_blocks(topo)
-    lay = layout(cfg.vms_per_host, topo, tag=uuid.uuid4().hex[:4])
+    lay = layout(cfg.vms_per_host, topo, tag=uuid.uuid4().hex[:4], guarantees=cfg.guarantees)
     topo.save(out_dir / "topology.json")
     ideal = max_min_ideal(topo, lay)
     report: dict = {"config": asdict(cfg), "tenants": tenants("bwfabric", lay), "guarantees": lay.guarantees,

@@ -191,8 +191,8 @@ def bg_policy(loaded) -> BgPolicy:
     """The declared tenants' BG as LESSOR places it: with prio queues (the
     fabric's two classes), every VM's guarantee by address and its agent's
     first join port, and admission control's mu; without, none (one class:
-    nothing travels apart)."""
-    if not loaded.cfg.controller.prio_queues:
+    nothing travels apart), nor with ``lessor.bg_first`` off."""
+    if not loaded.cfg.controller.prio_queues or not loaded.cfg.lessor.bg_first:
         return BgPolicy()
     vms = loaded.vms().values()
     return BgPolicy({p.address: p.vm.guarantee_mbps * 1e6 for p in vms},

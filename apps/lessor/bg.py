@@ -14,10 +14,14 @@ within mu x C. What the hosts do decides it (hostagent.plan):
 - UDP from a VM with a guarantee is BG (the switches put every UDP packet
   in the BG queue and meter it at the guarantee: apps/prio_queues).
 
-A VM's hose guarantee is shared by its long BG flows max-min, each at most
-its demand (a reverse ACK stream, application-limited at its measured rate,
-takes what it uses and no more). Flows of addresses without a guarantee
-carry no BG.
+A VM's BG flows to one destination ToR form a bundle that PMPT keeps on
+one path: the counters show each flow's bytes, not how many of them were
+BG (a TCP first subflow also carries what the host's marker demoted to WC,
+a VM's UDP may hold all of its BG), so only their sum is known -- at most
+the guarantee. A VM's hose guarantee is shared max-min among its bundles,
+each at most its flows' demands (a reverse ACK stream, application-limited
+at its measured rate, takes what it uses and no more). Flows of addresses
+without a guarantee carry no BG.
 """
 
 from __future__ import annotations
@@ -67,19 +71,25 @@ class BgPolicy:
             return False
         return not (self._joins(dst, dport) or self._joins(src, sport))
 
-    def shares(self, demands: Mapping[tuple, float]) -> dict[tuple, float]:
-        """flow key -> BG bits/s for the BG flows among ``demands`` (key ->
-        demand, bits/s): each source VM's guarantee shared max-min among its
-        BG flows, each capped at its demand."""
-        by_vm: dict[str, list[tuple[float, tuple]]] = {}
-        for key, demand in demands.items():
+    def shares(self, flows: Mapping[tuple, tuple[float, str]]) -> dict[tuple, tuple[float, tuple]]:
+        """flow key -> (BG bits/s, bundle) for the BG flows among ``flows``
+        (key -> (demand in bits/s, destination ToR)). A VM's BG flows to one
+        ToR are one bundle, placed on one path (how the VM's BG splits among
+        them -- its UDP or its TCP, this connection or that -- the counters
+        do not tell); each source VM's guarantee is shared max-min among
+        its bundles, each capped at its flows' demands, and split evenly
+        among the bundle's flows (the bundle's sum is what counts)."""
+        bundles: dict[str, dict[tuple, list]] = {}
+        for key, (demand, dst_tor) in flows.items():
             if self.carries_bg(key):
-                by_vm.setdefault(key[0], []).append((max(0.0, demand), key))
-        out: dict[tuple, float] = {}
-        for vm, flows in by_vm.items():
-            left, n = self.guarantee_bps[vm], len(flows)
-            for demand, key in sorted(flows, key=lambda t: (t[0], str(t[1]))):
-                out[key] = min(demand, left / n)
-                left -= out[key]
+                bundles.setdefault(key[0], {}).setdefault((key[0], dst_tor), []).append((key, max(0.0, demand)))
+        out: dict[tuple, tuple[float, tuple]] = {}
+        for vm, by_tor in bundles.items():
+            left, n = self.guarantee_bps[vm], len(by_tor)
+            for bundle, members in sorted(by_tor.items(), key=lambda t: (sum(d for _, d in t[1]), t[0])):
+                share = min(sum(d for _, d in members), left / n)
+                left -= share
                 n -= 1
+                for key, _ in members:
+                    out[key] = (share / len(members), bundle)
         return out

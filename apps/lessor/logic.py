@@ -199,8 +199,9 @@ class LessorLogic:
             else:
                 demand = st.predicted
             flows.append(LongFlow(st.key, st.src_tor, st.dst_tor, demand, self.table.remaining_bytes(st.key)))
-        bg = self.bg.shares({f.key: f.demand for f in flows})
-        return [replace(f, bg=bg[f.key]) if bg.get(f.key, 0.0) > 0 else f for f in flows]
+        bg = self.bg.shares({f.key: (f.demand, f.dst_tor) for f in flows})
+        return [replace(f, bg=bg[f.key][0], bundle=bg[f.key][1]) if bg.get(f.key, (0.0,))[0] > 0 else f
+                for f in flows]
 
     def bg_over(self, routes: dict[FiveTuple, "Installed"]) -> list[tuple[str, str]]:
         """Switch-to-switch links whose BG (the routes' ``bg`` along their
@@ -377,6 +378,12 @@ class LessorLogic:
         # keeping must not put more BG on a link than mu x C where the new allocation does not
         if set(self.bg_over(mixed)) - set(self.bg_over(wanted)):
             return None
+        # ...nor split a bundle (one VM's BG to one ToR) over several paths
+        bundle_paths: dict = {}
+        for f in flows:
+            if f.bundle is not None and f.key in mixed and \
+                    bundle_paths.setdefault(f.bundle, mixed[f.key].path[1:-1]) != mixed[f.key].path[1:-1]:
+                return None
         return mixed if lam >= (1 - REROUTE_GAIN) * new_lam else None
 
     # ---- entries --------------------------------------------------------------------------
@@ -423,6 +430,8 @@ class LessorLogic:
             "uncertified_allocations": self.uncertified,
             "stopped_by": None if alloc is None else alloc.stopped_by,
             "lambda_one_path": None if alloc is None else alloc.integral_lam,
+            "bg_flows": {" ".join(map(str, k)): v.bg for k, v in sorted(self.installed.items()) if v.bg > 0},
+            "bg_over_mu": [list(link) for link in self.bg_over(self.installed)],
         }
 
 

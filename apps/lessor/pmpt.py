@@ -81,6 +81,9 @@ class LongFlow:
     # bits/s of the guaranteed class (BG) this flow carries: BG flows are
     # placed first, each link's BG sum within mu x C (:func:`place_bg`)
     bg: float = 0.0
+    # flows that must share one path: the BG of one VM to one ToR, whose
+    # split among its flows the fabric cannot know (None: the flow alone)
+    bundle: Hashable = None
 
     @property
     def remaining_time(self) -> float:
@@ -212,6 +215,11 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
         if isinstance(f.bg, bool) or not isinstance(f.bg, (int, float)) or not \
                 (math.isfinite(f.bg) and 0 <= f.bg <= MAX_DEMAND_BPS):
             raise ValueError(f"flow {f.key!r}: bg {f.bg!r} must be a finite number in [0, {MAX_DEMAND_BPS:g}]")
+    tors: dict = {}
+    for f in flows:
+        if f.bundle is not None and tors.setdefault(f.bundle, (f.src_tor, f.dst_tor)) != (f.src_tor, f.dst_tor):
+            raise ValueError(f"flow {f.key!r}: bundle {f.bundle!r} joins ToR pairs {tors[f.bundle]} and "
+                             f"{(f.src_tor, f.dst_tor)}: a bundle shares one path")
     cap = paths.capacity
     bad = np.flatnonzero(~np.isfinite(cap) | (cap < 0))
     if len(bad):
@@ -270,7 +278,8 @@ BG_REPAIR_ROUNDS = 200  # moves of BG flows off links above mu x C after the gre
 
 def place_bg(flows: list[LongFlow], paths: PathDictionary,
              mu: float) -> tuple[dict[Hashable, tuple[str, ...]], np.ndarray, list[Hashable]]:
-    """One path per BG flow such that every link's BG sum stays within
+    """One path per BG flow -- one per bundle: the flows of a bundle share
+    it, their BG summed -- such that every link's BG sum stays within
     ``mu`` x its capacity where the candidate paths allow it. Returns
     (flow -> ToR path, BG per link in bits/s, flows with no path).
 
@@ -280,32 +289,37 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary,
     guarantees that fit a ToR's uplinks together but not one uplink on
     different uplinks. Then, while a link is above mu x C, the step that
     lowers the total BG above mu x C the most is taken (at most
-    ``BG_REPAIR_ROUNDS``): a flow on such a link moves to another of its
-    paths, or exchanges paths with a flow of the same ToR pair (what
+    ``BG_REPAIR_ROUNDS``): an item on such a link moves to another of its
+    paths, or exchanges paths with an item of the same ToR pair (what
     largest-first leaves over -- 3, 3, 2, 2, 2 on two links of 6 -- a single
-    move cannot undo). Deterministic: ties by flow key."""
+    move cannot undo). Deterministic: ties by key."""
     limit = mu * paths.capacity
     safe = np.where(limit > 0, limit, 1.0)
     load = np.zeros(len(limit))
+    members: dict[Hashable, list[LongFlow]] = {}
+    for f in flows:
+        members.setdefault(("bundle", f.bundle) if f.bundle is not None else ("flow", f.key), []).append(f)
+    items = [_Item(k, fl[0].src_tor, fl[0].dst_tor, sum(f.bg for f in fl)) for k, fl in members.items()]
     chosen: dict[Hashable, int] = {}
     cand: dict[Hashable, tuple[list, np.ndarray]] = {}
     unroutable = []
-    ordered = sorted(flows, key=lambda f: (-f.bg, str(f.key)))
-    for f in ordered:
-        nodes, idx = paths.paths(f.src_tor, f.dst_tor)
+    ordered = sorted(items, key=lambda it: (-it.bg, str(it.key)))
+    for it in ordered:
+        nodes, idx = paths.paths(it.src_tor, it.dst_tor)
         if len(nodes) == 0:
-            unroutable.append(f.key)
+            unroutable.extend(f.key for f in members[it.key])
             continue
-        cand[f.key] = (nodes, idx)
-        util = (load[idx] + f.bg) / safe[idx]
+        cand[it.key] = (nodes, idx)
+        util = (load[idx] + it.bg) / safe[idx]
         worst, total = util.max(axis=1), util.sum(axis=1)
         p = min(range(len(nodes)), key=lambda q: (worst[q], total[q], q))
-        chosen[f.key] = p
-        load[idx[p]] += f.bg
+        chosen[it.key] = p
+        load[idx[p]] += it.bg
+
     def overflow(ld: np.ndarray) -> float:
         return float(np.maximum(ld - limit, 0.0).sum())
 
-    placed = [f for f in ordered if f.key in chosen]
+    placed = [it for it in ordered if it.key in chosen]
     for _ in range(BG_REPAIR_ROUNDS):
         over = load > limit * (1 + 1e-9)
         if not over.any():
@@ -326,7 +340,7 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary,
                     left = overflow(after)
                     if left < now * (1 - 1e-9) and (best is None or left < best[0]):
                         best = (left, ((f, q),))
-            # an exchange: f and a flow of its ToR pair on another path swap paths
+            # an exchange: f and an item of its ToR pair on another path swap paths
             for g in placed:
                 if (g.src_tor, g.dst_tor) != (f.src_tor, f.dst_tor) or chosen[g.key] == chosen[f.key] \
                         or g.bg == f.bg:
@@ -346,7 +360,16 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary,
             load[idx[q]] += f.bg
         for f, q in best[1]:
             chosen[f.key] = q
-    return {k: cand[k][0][p] for k, p in chosen.items()}, load, unroutable
+    return ({f.key: cand[k][0][p] for k, p in chosen.items() for f in members[k]}, load, unroutable)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """What place_bg places: a flow, or a bundle of flows on one path."""
+    key: Hashable
+    src_tor: str
+    dst_tor: str
+    bg: float
 
 
 def _place_all(flows: list[LongFlow], paths: PathDictionary, cap: np.ndarray, epsilon: float,

@@ -86,6 +86,24 @@ def test_repair_exchanges_what_largest_first_leaves_over():
     assert up[0] == up[1] and len({up[2], up[3], up[4]}) == 1 and up[0] != up[2]
 
 
+def test_a_bundle_shares_one_path_and_counts_once():
+    """A VM's UDP and its four TCP first subflows to one ToR are one bundle
+    of 1 Mb/s (the VM's guarantee: how it splits among them is unknown), so
+    they take one path, and a 4 Mb/s VM's BG goes on the other uplink."""
+    view = _view()
+    pd = PathDictionary(view)
+    a, b = view.host_switch("h1")[0], view.host_switch("h5")[0]
+    batch = [LongFlow(("b", i), a, b, 2e6, bg=0.2e6, bundle="batch") for i in range(5)]
+    flows = [*batch, LongFlow("an", a, b, 5e6, bg=4e6)]
+    alloc = pmpt(flows, pd, mu=MU)
+    assert len({alloc.flow_path[f.key] for f in batch}) == 1
+    assert _uplink(view, alloc.flow_path["an"]) != _uplink(view, alloc.flow_path[("b", 0)])
+    assert alloc.bg_load[_uplink(view, alloc.flow_path[("b", 0)])] == pytest.approx(1e6)
+    c = view.host_switch("h9")[0]
+    with pytest.raises(ValueError, match="bundle"):
+        pmpt([LongFlow(1, a, b, 1e6, bg=1e6, bundle="x"), LongFlow(2, a, c, 1e6, bg=1e6, bundle="x")], pd)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 20), mu=st.floats(0.3, 1.0))
 def test_bg_placement_accounts_every_link(seed, n, mu):
@@ -151,28 +169,40 @@ def test_first_subflows_and_udp_are_bg_joins_are_not():
     assert not POLICY.carries_bg((C, A, 6, 40000, 5001))        # no guarantee, no BG
 
 
-def test_a_vms_guarantee_is_shared_max_min_among_its_bg_flows():
-    demands = {(A, B, 6, 1, 5001): 5e6, (A, C, 6, 2, 5001): 5e6, (A, B, 6, 3, 5002): 0.2e6,
-               (A, B, 6, 4, 10100): 5e6, (B, A, 17, 5, 5201): 9e6, (C, A, 6, 6, 5001): 5e6}
-    shares = POLICY.shares(demands)
-    assert shares == pytest.approx({(A, B, 6, 1, 5001): 1.4e6, (A, C, 6, 2, 5001): 1.4e6,
-                                    (A, B, 6, 3, 5002): 0.2e6, (B, A, 17, 5, 5201): 1e6})
+def test_a_vms_guarantee_is_shared_max_min_among_its_bundles():
+    """A's BG flows: two to ToR x (one bundle, 5 + 0.2 Mb/s of demand), one to
+    ToR y (5); its join is WC. 3 Mb/s shared 1.5 / 1.5 by bundle, each
+    bundle's share split among its flows; B's UDP gets B's 1."""
+    flows = {(A, B, 6, 1, 5001): (5e6, "x"), (A, C, 6, 2, 5001): (5e6, "y"), (A, B, 6, 3, 5002): (0.2e6, "x"),
+             (A, B, 6, 4, 10100): (5e6, "x"), (B, A, 17, 5, 5201): (9e6, "z"), (C, A, 6, 6, 5001): (5e6, "z")}
+    shares = POLICY.shares(flows)
+    assert shares == {(A, B, 6, 1, 5001): (pytest.approx(0.75e6), (A, "x")),
+                      (A, B, 6, 3, 5002): (pytest.approx(0.75e6), (A, "x")),
+                      (A, C, 6, 2, 5001): (pytest.approx(1.5e6), (A, "y")),
+                      (B, A, 17, 5, 5201): (pytest.approx(1e6), (B, "z"))}
+    # a bundle whose flows want less than its share gets what they want
+    small = POLICY.shares({(A, B, 6, 1, 5001): (0.5e6, "x"), (A, C, 6, 2, 5001): (5e6, "y")})
+    assert small[(A, B, 6, 1, 5001)][0] == pytest.approx(0.5e6)
+    assert small[(A, C, 6, 2, 5001)][0] == pytest.approx(2.5e6)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([A, B, C]), st.sampled_from([6, 17]), st.integers(1, 65535),
-                          st.floats(0, 1e8)), max_size=30, unique_by=lambda t: (t[0], t[1], t[2])))
-def test_shares_never_exceed_a_guarantee_or_a_demand(rows):
-    demands = {(src, A if src != A else B, proto, port, 5001): d for src, proto, port, d in rows}
-    shares = POLICY.shares(demands)
+                          st.floats(0, 1e8), st.sampled_from("xyz")),
+                max_size=30, unique_by=lambda t: (t[0], t[1], t[2])))
+def test_shares_never_exceed_a_guarantee_or_a_bundles_demand(rows):
+    flows = {(src, A if src != A else B, proto, port, 5001): (d, tor) for src, proto, port, d, tor in rows}
+    shares = POLICY.shares(flows)
     for vm, g in POLICY.guarantee_bps.items():
-        got = [v for k, v in shares.items() if k[0] == vm]
-        assert sum(got) <= g * (1 + 1e-9)
-        want = [d for k, d in demands.items() if k[0] == vm and POLICY.carries_bg(k)]
+        got = sum(v for k, (v, _) in shares.items() if k[0] == vm)
+        assert got <= g * (1 + 1e-9)
+        want = sum(d for k, (d, _) in flows.items() if k[0] == vm and POLICY.carries_bg(k))
         # work-conserving within the guarantee: all of it, or every demand met
-        assert sum(got) == pytest.approx(min(g, sum(want)), rel=1e-9, abs=1e-6)
-    for k, v in shares.items():
-        assert 0 <= v <= demands[k] + 1e-9
+        assert got == pytest.approx(min(g, want), rel=1e-9, abs=1e-6)
+    for bundle in {b for _, b in shares.values()}:
+        keys = [k for k, (_, b) in shares.items() if b == bundle]
+        assert {flows[k][1] for k in keys} == {bundle[1]} and {k[0] for k in keys} == {bundle[0]}
+        assert sum(shares[k][0] for k in keys) <= sum(flows[k][0] for k in keys) + 1e-6
 
 
 # ---- LESSOR's logic ------------------------------------------------------------------------

@@ -98,3 +98,6 @@ def test_bg_policy_follows_the_declared_tenants(tmp_path, app_config):
     app_config(topo, controller={"routing": "lessor", "prio_queues": False}, tenants=tenants,
                agents=AGENTS)
     assert bg_policy(config.load(path)).guarantee_bps == {}
+    app_config(topo, controller={"routing": "lessor", "prio_queues": True}, tenants=tenants,
+               agents=AGENTS, lessor={"bg_first": False})
+    assert bg_policy(config.load(path)).guarantee_bps == {}
