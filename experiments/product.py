@@ -240,7 +240,7 @@ def write_config(cfg: Config, workdir: Path, scheme: str, lay: Layout | None = N
     return configs.write(workdir / "bwfabric.yaml", topo_file, "lessor", cfg.of_port, prio_queues=True,
                          agent_defaults=defaults,
                          lessor={"polling": {"initial_s": 2.0, "min_s": 2.0}, "bg_first": cfg.bg_first},
-                         lrc=LRC if cfg.lrc else None, **common)
+                         lrc=LRC if cfg.lrc else None, state_file=workdir / "lessor-state.json", **common)
 
 
 def max_min_ideal(topo, lay: Layout | None = None) -> dict[str, float]:
