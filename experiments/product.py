@@ -173,6 +173,7 @@ class Config:
     # main job's first guarantees, 5 Mb/s on a ToR whose uplinks take mu x 5 each (issue #32 sec. 3)
     guarantees: tuple[float, ...] = ()
     bg_first: bool = True          # bwfabric's LESSOR places BG first (lessor.bg_first)
+    rtt_hint_ms: float = 50.0      # the agents' Eq. 1 maxRTT until live subflows are measured (and its floor)
     seed: int = 1
     of_port: int = 6653
 
@@ -191,6 +192,8 @@ class Config:
                                                                          for g in self.guarantees)):
             raise OptionError(f"option guarantees={','.join(map(str, self.guarantees))}: analytics,batch in Mb/s, "
                               f"each in (0, link_mbps]")
+        if not 0 < self.rtt_hint_ms <= 10_000:
+            raise OptionError(f"option rtt_hint_ms={self.rtt_hint_ms:g}: (0, 10000] (the agents' rtt_hint_ms)")
         if not 1 <= self.stale_loss_cnt <= 100:
             raise OptionError(f"option stale_loss_cnt={self.stale_loss_cnt}: 1 to 100 (net.mptcp.stale_loss_cnt)")
 
@@ -224,7 +227,7 @@ def write_config(cfg: Config, workdir: Path, scheme: str, lay: Layout | None = N
     # is a hole the receiver's window fills up behind, and then BG stands still too: RTOs at most
     # 1 s, and a receive window that opens at Eq. 1's buffer (traced: docs/results.md)
     defaults = {"unit_mbps": 75.0 * cfg.link_mbps / 1000, "beta": 10, "rcvbuf_initial_kb": 32768, "rto_max_ms": 1000,
-                "stale_loss_cnt": cfg.stale_loss_cnt}
+                "stale_loss_cnt": cfg.stale_loss_cnt, "rtt_hint_ms": cfg.rtt_hint_ms}
     # the controller's polling (LESSOR's flow counters, the port counters) costs the one userspace
     # OVS process that forwards every packet of the emulation: at 0.5-1 s its CPU was saturated and
     # the fabric itself queued seconds (BG pings 1.6-2.8 s), whatever the queues' priorities
