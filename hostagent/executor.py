@@ -887,13 +887,14 @@ class Executor:
             self._save()
 
     def bucket_counters(self, src: str, dst: str | None = None) -> dict[str, int] | None:
-        """Bytes bwf_mark let through as BG, demoted and dropped for a
-        bucket since it was (re)configured; None: none kept."""
+        """Bytes bwf_mark let through as BG, demoted, dropped, and demoted
+        with a CE mark for a bucket since it was (re)configured; None: none
+        kept."""
         raw = self._bpf_raw(P.BPF_BUCKET_STATE, _bucket_key(src, dst or ""))
-        if raw is None or len(raw) < 56:
+        if raw is None or len(raw) < 72:
             return None
-        words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, 56, 8)]
-        return dict(zip(("conform", "demoted", "dropped"), words[3:6]))
+        words = [int.from_bytes(raw[i:i + 8], "little") for i in range(0, 72, 8)]
+        return dict(zip(("conform", "demoted", "dropped", "ce_marked"), (*words[3:6], words[8])))
 
     def _bpf_conf(self, step: P.BpfConf) -> None:
         pin = self.bpf_pin_dir / step.map

@@ -91,6 +91,8 @@ struct bwf_state {
 	__u64 dropped;
 	__u64 rate;		/* the rate and depth the tokens were counted for: */
 	__u64 depth;		/* a changed entry starts a full bucket */
+	__u64 ce_marked;	/* bytes demoted and marked CE (see OVER_HEAVY) */
+	__u64 over_ewma;	/* share of recent packets over the bucket, of 65536 */
 };
 
 struct {
@@ -100,7 +102,28 @@ struct {
 	__type(value, struct bwf_state);
 } bwf_bgstate SEC(".maps");
 
-/* 0: conforms, 1: does not */
+/*
+ * Persistently over. A first subflow whose packets keep finding the bucket
+ * empty -- a batch VM whose UDP holds all of its BG, say -- was demoted
+ * whole and sent on as WC with its BG congestion control (Reno), beside
+ * the joins' fair WC control and outside its weights: in the main job 2.0-2.5
+ * Mb/s per batch VM of demoted first subflows took the spare the declared
+ * policy gives the analytics VMs. When more than OVER_HEAVY of the bucket's
+ * recent packets (an EWMA over about 8) were over it, a demoted data
+ * packet of an MPTCP subflow past its first MiB that is ECN-capable is also
+ * marked CE: its Reno backs off and MPTCP's scheduler moves the
+ * connection's data to its joins. Pacing's 5 % overshoot (bwf_sockops paces
+ * BG at 1.05 x the bucket) leaves isolated over packets and no mark; young
+ * flows and single-path TCP are demoted as before (they have no join to
+ * go to).
+ */
+#define EWMA_ONE 65536
+#define EWMA_SHIFT 3
+#ifndef OVER_HEAVY
+#define OVER_HEAVY (EWMA_ONE / 2)
+#endif
+
+/* 0: conforms, 1: does not, 2: does not and the bucket is persistently over */
 /* ...and counts the packet's bytes as conformed, or as dropped or demoted (``over``) */
 static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64 len, int over_action)
 {
@@ -149,8 +172,35 @@ static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64
 		else
 			st->demoted += len;
 	}
+	if (over_action != OVER_PASS) {
+		st->over_ewma -= st->over_ewma >> EWMA_SHIFT;
+		if (over)
+			st->over_ewma += EWMA_ONE >> EWMA_SHIFT;
+		if (over && st->over_ewma > OVER_HEAVY)
+			over = 2;
+	}
 	bpf_spin_unlock(&st->lock);
 	return over;
+}
+
+/* an MPTCP subflow past its first MiB (see OVER_HEAVY) */
+static __always_inline int settled_mptcp(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct tcp_sock *tp;
+
+	if (!sk)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	return tp && tp->is_mptcp && tp->bytes_acked >= YOUNG_BYTES;
+}
+
+static __always_inline void count_ce(struct bwf_key *key, __u64 len)
+{
+	struct bwf_state *st = bpf_map_lookup_elem(&bwf_bgstate, key);
+
+	if (st)
+		__sync_fetch_and_add(&st->ce_marked, len);
 }
 
 static __always_inline void steer_young(struct __sk_buff *skb)
@@ -197,7 +247,7 @@ int bwf_mark(struct __sk_buff *skb)
 	struct bwf_rate *cfg;
 	__u16 old, new;
 	__u8 tos;
-	int over_action;
+	int over_action, over;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP) || (void *)(ip + 1) > end)
 		return TC_ACT_OK;
@@ -217,11 +267,17 @@ int bwf_mark(struct __sk_buff *skb)
 	 * (what the ToR meter polices): the pairs' buckets start full and their
 	 * bursts together must not exceed the hose's. One spin lock at a time:
 	 * a packet the hose refuses has spent its pair's tokens already */
-	if (cfg && take(&key, cfg, skb->len, over_action))
-		goto over;
+	if (cfg) {
+		over = take(&key, cfg, skb->len, over_action);
+		if (over)
+			goto over;
+	}
 	key.dst = 0;
 	cfg = bpf_map_lookup_elem(&bwf_bgrate, &key);
-	if (!cfg || !take(&key, cfg, skb->len, over_action))
+	if (!cfg)
+		return TC_ACT_OK;
+	over = take(&key, cfg, skb->len, over_action);
+	if (!over)
 		return TC_ACT_OK;
 over:
 	if (over_action == OVER_DROP)
@@ -229,6 +285,10 @@ over:
 	/* the 16-bit word of version/IHL and ToS, for the checksum */
 	old = bpf_htons(((__u16)(*(__u8 *)ip) << 8) | tos);
 	tos = (tos & ~TOS_MASK) | TOS_WC;
+	if (over == 2 && (tos & 3) && settled_mptcp(skb)) {
+		tos |= 3;		/* ECT(0) or ECT(1) -> CE */
+		count_ce(&key, skb->len);
+	}
 	new = bpf_htons(((__u16)(*(__u8 *)ip) << 8) | tos);
 	bpf_l3_csum_replace(skb, IP_CSUM_OFF, old, new, 2);
 	bpf_skb_store_bytes(skb, IP_TOS_OFF, &tos, 1, 0);

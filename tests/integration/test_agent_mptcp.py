@@ -336,3 +336,84 @@ def test_a_vm_pairs_bg_is_paced_at_the_pairs_own_limit(pair):
     print(f"BG pacing ceiling at a pair limit of {pair_mbps}: {first} Mb/s; at {2 * pair_mbps}: {second} Mb/s")
     assert first == pytest.approx(pair_mbps * 1.05, rel=0.02), first         # not g x 1.05 = 21
     assert second == pytest.approx(2 * pair_mbps * 1.05, rel=0.02), second
+
+
+PLAIN_CLIENT = CLIENT.replace("socket.SOCK_STREAM, 262", "socket.SOCK_STREAM")
+
+
+def test_a_spent_bucket_marks_mptcp_first_subflows_ce_and_moves_data_to_the_join(pair):
+    """A VM whose own UDP spends its BG bucket (a batch VM): an MPTCP
+    connection's first subflow, past its first MiB, finds the bucket empty
+    packet after packet, so bwf_mark demotes its data *and* marks it CE
+    (OVER_HEAVY): its Reno backs off and the connection's data goes to its
+    WC join, under the fair WC control, instead of the whole first subflow
+    competing as WC outside it (the main job: 2.0-2.5 Mb/s per batch VM).
+    Single-path TCP in the same state is demoted without a mark: it has no
+    join to go to."""
+    from benchmarks.bg_hol import udp_flood
+    import threading
+    names, tag, tmp = pair
+    g = 10
+    for h, dev in (("a", f"va{tag}"), ("b", f"vb{tag}")):
+        reply = AgentClient(f"unix:{tmp}/{h}.sock", h, host_key(MASTER, h)).request(
+            "config", dict(host=h, interface=dev, address=IPS[h], nic_mbps=100, guarantee_mbps=g, wc_subflows=1,
+                           policy="equal"))
+        assert reply["ok"], reply
+    counters = textwrap.dedent(f'''
+        table ip bwfce {{
+          chain in {{
+            type filter hook input priority filter; policy accept;
+            ip saddr {IPS["a"]} tcp dport 5001 ip ecn ce counter
+            ip saddr {IPS["a"]} tcp dport 5001 ip ecn != ce counter
+          }}
+        }}
+    ''')
+    assert ns(names["b"], "nft", "-f", "-", input=counters).returncode == 0
+    server = subprocess.Popen(["ip", "netns", "exec", names["b"], sys.executable, "-c", MULTI_SERVER, "2"],
+                              stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "ready"
+    flood = subprocess.Popen(["ip", "netns", "exec", names["a"], sys.executable, "-c",
+                              "import sys, threading, time; sys.path.insert(0, %r)\n"
+                              "from benchmarks.bg_hol import udp_flood\n"
+                              "stop = threading.Event(); threading.Timer(14, stop.set).start()\n"
+                              "udp_flood((%r, 7001), %r, stop)" % (str(REPO), IPS["b"], 3 * g)])
+    try:
+        time.sleep(1.0)
+        mptcp = subprocess.Popen(["ip", "netns", "exec", names["a"], sys.executable, "-c", CLIENT, IPS["b"], "5"])
+        time.sleep(4.0)
+        ss = ns(names["a"], "ss", "-tmniH", "dst", IPS["b"]).stdout
+        mptcp.wait(20)
+        # the kernel still sends what the closed connection held: count once all of it is acknowledged
+        def unacked():
+            return sum(int(ln.split()[2]) for ln in ns(names["a"], "ss", "-tnH", "dst", IPS["b"]).stdout.splitlines()
+                       if len(ln.split()) > 2 and ln.split()[2].isdigit())
+        deadline = time.time() + 20
+        while unacked():
+            assert time.time() < deadline, ns(names["a"], "ss", "-tmniH", "dst", IPS["b"]).stdout
+            time.sleep(0.2)
+        after_mptcp = Executor().bucket_counters(IPS["a"])
+        plain = subprocess.Popen(["ip", "netns", "exec", names["a"], sys.executable, "-c", PLAIN_CLIENT,
+                                  IPS["b"], "4"])
+        plain.wait(20)
+        after_plain = Executor().bucket_counters(IPS["a"])
+    finally:
+        flood.wait(30)
+        try:
+            server.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate()
+        seen = ns(names["b"], "nft", "list", "table", "ip", "bwfce").stdout
+        ns(names["b"], "nft", "delete", "table", "ip", "bwfce")
+    print(ss, seen, after_mptcp, after_plain, sep="\n")
+    ce_pkts = int(re.findall(r"counter packets (\d+)", seen)[0])
+    assert after_mptcp["ce_marked"] > 0 and ce_pkts > 0, (after_mptcp, seen)
+    assert after_plain["ce_marked"] == after_mptcp["ce_marked"], (after_mptcp, after_plain)
+    assert after_plain["demoted"] > after_mptcp["demoted"]       # the plain connection was demoted, unmarked
+    # while it ran, the MPTCP connection's first subflow (reno) carried less than its join (bwf_wc)
+    acked = {}
+    for ln in ss.splitlines():
+        m = re.search(r"bytes_acked:(\d+)", ln)
+        if "tcp-ulp-mptcp" in ln and m:
+            acked["bg" if "reno" in ln else "wc"] = int(m.group(1))
+    assert acked.get("wc", 0) > acked.get("bg", 0), ss
