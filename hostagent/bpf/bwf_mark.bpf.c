@@ -110,12 +110,13 @@ struct {
  * Mb/s per batch VM of demoted first subflows took the spare the declared
  * policy gives the analytics VMs. When more than OVER_HEAVY of the bucket's
  * recent packets (an EWMA over about 8) were over it, a demoted data
- * packet of an MPTCP subflow past its first MiB that is ECN-capable is also
- * marked CE: its Reno backs off and MPTCP's scheduler moves the
- * connection's data to its joins. Pacing's 5 % overshoot (bwf_sockops paces
- * BG at 1.05 x the bucket) leaves isolated over packets and no mark; young
- * flows and single-path TCP are demoted as before (they have no join to
- * go to).
+ * packet that is ECN-capable, of an MPTCP connection that has a join
+ * (its msk's extra_subflows), is also marked CE: its Reno backs off and
+ * MPTCP's scheduler moves the connection's data to its joins. Pacing's 5 %
+ * overshoot (bwf_sockops paces BG at 1.05 x the bucket) leaves isolated
+ * over packets and no mark; single-path TCP and connections before their
+ * join are demoted as before (they have nowhere else to go). Not by age:
+ * a batch VM's first subflows, at 0.5 Mb/s each, took 16 s to reach 1 MiB.
  */
 #define EWMA_ONE 65536
 #define EWMA_SHIFT 3
@@ -183,16 +184,16 @@ static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64
 	return over;
 }
 
-/* an MPTCP subflow past its first MiB (see OVER_HEAVY) */
-static __always_inline int settled_mptcp(struct __sk_buff *skb)
+/* a subflow of an MPTCP connection that has a join to send on (see OVER_HEAVY) */
+static __always_inline int joined_mptcp(struct __sk_buff *skb)
 {
 	struct bpf_sock *sk = skb->sk;
-	struct tcp_sock *tp;
+	struct mptcp_sock *msk;
 
 	if (!sk)
 		return 0;
-	tp = bpf_skc_to_tcp_sock(sk);
-	return tp && tp->is_mptcp && tp->bytes_acked >= YOUNG_BYTES;
+	msk = bpf_skc_to_mptcp_sock(sk);
+	return msk && msk->pm.extra_subflows > 0;
 }
 
 static __always_inline void count_ce(struct bwf_key *key, __u64 len)
@@ -285,7 +286,7 @@ over:
 	/* the 16-bit word of version/IHL and ToS, for the checksum */
 	old = bpf_htons(((__u16)(*(__u8 *)ip) << 8) | tos);
 	tos = (tos & ~TOS_MASK) | TOS_WC;
-	if (over == 2 && (tos & 3) && settled_mptcp(skb)) {
+	if (over == 2 && (tos & 3) && joined_mptcp(skb)) {
 		tos |= 3;		/* ECT(0) or ECT(1) -> CE */
 		count_ce(&key, skb->len);
 	}

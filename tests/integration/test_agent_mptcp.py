@@ -343,8 +343,8 @@ PLAIN_CLIENT = CLIENT.replace("socket.SOCK_STREAM, 262", "socket.SOCK_STREAM")
 
 def test_a_spent_bucket_marks_mptcp_first_subflows_ce_and_moves_data_to_the_join(pair):
     """A VM whose own UDP spends its BG bucket (a batch VM): an MPTCP
-    connection's first subflow, past its first MiB, finds the bucket empty
-    packet after packet, so bwf_mark demotes its data *and* marks it CE
+    connection's first subflow, once the connection has its join, finds the
+    bucket empty packet after packet, so bwf_mark demotes its data *and* marks it CE
     (OVER_HEAVY): its Reno backs off and the connection's data goes to its
     WC join, under the fair WC control, instead of the whole first subflow
     competing as WC outside it (the main job: 2.0-2.5 Mb/s per batch VM).

@@ -13,6 +13,7 @@ from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import LongFlow, place_bg, pmpt
 from controller.network_view import NetworkView
 from mininet_topos import builders
+from tests.unit.test_pmpt import _link_loads
 
 MU = 0.9
 
@@ -24,14 +25,6 @@ def _view():
 
 def _uplink(view, path):
     return view.path_links(path)[0]
-
-
-def _bg_loads(view, routes):
-    loads = {}
-    for path, bg in routes:
-        for link in view.path_links(path):
-            loads[link] = loads.get(link, 0.0) + bg
-    return loads
 
 
 def _case(view):
@@ -53,7 +46,7 @@ def test_guarantees_larger_than_one_uplink_go_on_different_uplinks():
     assert _uplink(view, blind.flow_path["bgA"]) == _uplink(view, blind.flow_path["bgB"])
     a = pmpt(flows, pd, mu=MU)
     assert _uplink(view, a.flow_path["bgA"]) != _uplink(view, a.flow_path["bgB"])
-    loads = _bg_loads(view, [(a.flow_path[f.key], f.bg) for f in flows])
+    loads = _link_loads(view, [(a.flow_path[f.key], f.bg) for f in flows])
     assert all(bg <= MU * view.capacity(*link) for link, bg in loads.items())
     assert a.bg_over == []
     assert a.bg_load == pytest.approx({link: bg for link, bg in loads.items() if bg > 0})
@@ -120,7 +113,7 @@ def test_bg_placement_accounts_every_link(seed, n, mu):
     cross = [f for f in flows if f.src_tor != f.dst_tor]
     for f in cross:
         assert alloc.flow_path[f.key] in pd.paths(f.src_tor, f.dst_tor)[0]
-    loads = _bg_loads(view, [(alloc.flow_path[f.key], f.bg) for f in cross if f.bg > 0])
+    loads = _link_loads(view, [(alloc.flow_path[f.key], f.bg) for f in cross if f.bg > 0])
     assert alloc.bg_load == pytest.approx({k: v for k, v in loads.items() if v > 0})
     assert sorted(alloc.bg_over) == sorted(k for k, v in loads.items() if v > mu * view.capacity(*k) * (1 + 1e-9))
     for f in cross:
