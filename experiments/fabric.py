@@ -341,6 +341,12 @@ class Fabric:
     def host(self, name: str):
         return self.net.get(name)
 
+    def popen_in(self, name: str, cmd: list[str], **kw) -> subprocess.Popen:
+        """:meth:`run_in`'s command, started and left running."""
+        end = self.endpoint(name)
+        prefix = end.prefix if isinstance(end, VmEndpoint) else ["mnexec", "-a", str(end.pid)]
+        return subprocess.Popen([*prefix, *cmd], **kw)
+
     def run_in(self, name: str, *cmd: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         """A command in host ``name``'s namespaces (``mnexec -a``: unlike
         ``host.cmd`` it does not go through the host's one shell, so threads
