@@ -53,5 +53,5 @@ class HederaLogic(LessorLogic):
         lam = float((self.paths.capacity[busy] / load[busy]).min()) if busy.any() else math.inf
         return Allocation(math.nan, math.nan, {}, flow_path, flow_rate, lam, placement="global first fit")
 
-    def _keep_current(self, flows, wanted, new_lam):
+    def _keep_current(self, flows, wanted):
         return None  # Hedera re-runs GFF from scratch every period

@@ -320,7 +320,7 @@ class LessorLogic:
         for key in self.pinned:
             if key in wanted:
                 wanted[key] = Installed(self.installed[key].path, wanted[key].rate, bg[key])
-        kept = self._keep_current(flows, wanted, allocation.integral_lam)
+        kept = self._keep_current(flows, wanted)
         if kept is not None:
             wanted = kept
         moved = 0
@@ -343,48 +343,70 @@ class LessorLogic:
         del self.moves_per_allocation[:-1000]
         return adds + removals
 
-    def _keep_current(self, flows: list[LongFlow], wanted: dict, new_lam: float) -> dict | None:
+    def _keep_current(self, flows: list[LongFlow], wanted: dict) -> dict | None:
         """Installed flows stay on their current (still working) paths and the
-        others are fitted around them (MRTF order, least-congested candidate
-        path); returned if its one-path lambda is within REROUTE_GAIN of the
-        new allocation's, else None (the new allocation wins)."""
+        others are fitted around them (MRTF order: a bundle's new flow on its
+        kept members' path, any other on its least-congested candidate path);
+        returned if its one-path lambda is within REROUTE_GAIN of the new
+        allocation's -- both measured alike (:meth:`routing_lambda`) --, if it
+        puts no more BG above mu x C and splits no bundle; else None (the new
+        allocation wins)."""
         keep = {f.key: replace(self.installed[f.key], bg=f.bg) for f in flows if f.key in self.installed
                 and all(self.view.link_up(u, v) for u, v in self.view.path_links(self.installed[f.key].path))}
         if not keep or all(keep.get(k) == v for k, v in wanted.items()):
             return None
         loads: dict[tuple[str, str], float] = {}
+        eff = _effective_demands(flows)
 
         def add(path: tuple[str, ...], demand: float) -> None:
             for link in self.view.path_links(path):
                 loads[link] = loads.get(link, 0.0) + demand
 
-        demand = {f.key: f.demand for f in flows}
         for key, inst in keep.items():
-            add(inst.path[1:-1], demand[key])
+            add(inst.path[1:-1], eff[key])
         mixed = dict(keep)
+        bundle_path = {f.bundle: keep[f.key].path[1:-1] for f in flows if f.bundle is not None and f.key in keep}
         for f in sorted((f for f in flows if f.key not in keep and f.key in wanted), key=mrtf_key):
             candidates = self.paths.paths(f.src_tor, f.dst_tor)[0]
 
             def worst(path: tuple[str, ...]) -> float:
-                return max((loads.get(link, 0.0) + f.demand) / self.view.capacity(*link)
+                return max((loads.get(link, 0.0) + eff[f.key]) / self.view.capacity(*link)
                            for link in self.view.path_links(path)) if len(path) > 1 else 0.0
 
-            best = min(candidates, key=lambda p: (worst(p), candidates.index(p)))
-            add(best, f.demand)
+            best = bundle_path.get(f.bundle) if f.bundle is not None else None
+            if best is None:
+                best = min(candidates, key=lambda p: (worst(p), candidates.index(p)))
+                if f.bundle is not None:
+                    bundle_path[f.bundle] = best
+            add(best, eff[f.key])
             ends = wanted[f.key].path
             mixed[f.key] = Installed((ends[0], *best, ends[-1]), f.demand, f.bg)
-        lam = min((self.view.capacity(*link) / load for link, load in loads.items() if load > 0),
-                  default=float("inf"))
         # keeping must not put more BG on a link than mu x C where the new allocation does not
         if set(self.bg_over(mixed)) - set(self.bg_over(wanted)):
             return None
         # ...nor split a bundle (one VM's BG to one ToR) over several paths
-        bundle_paths: dict = {}
+        seen: dict = {}
         for f in flows:
             if f.bundle is not None and f.key in mixed and \
-                    bundle_paths.setdefault(f.bundle, mixed[f.key].path[1:-1]) != mixed[f.key].path[1:-1]:
+                    seen.setdefault(f.bundle, mixed[f.key].path[1:-1]) != mixed[f.key].path[1:-1]:
                 return None
-        return mixed if lam >= (1 - REROUTE_GAIN) * new_lam else None
+        return mixed if self.routing_lambda(mixed, flows) >= (1 - REROUTE_GAIN) * self.routing_lambda(wanted, flows) \
+            else None
+
+    def routing_lambda(self, routes: dict[FiveTuple, Installed], flows: list[LongFlow]) -> float:
+        """The one-path lambda of a routing of ``flows``: the least capacity /
+        load over the links it uses, a BG flow counting its BG (what it sends
+        in the guaranteed class, paced), any other its demand. One measure
+        for keeping and moving: PMPT's own lambda is over what BG leaves of
+        each link, and compared with this one it called for moving flows in
+        every allocation (4-10 moves every 2 s with steady demands)."""
+        eff = _effective_demands(flows)
+        loads: dict[tuple[str, str], float] = {}
+        for key, inst in routes.items():
+            for link in self.view.path_links(inst.path[1:-1]):
+                loads[link] = loads.get(link, 0.0) + eff.get(key, 0.0)
+        return min((self.view.capacity(*link) / load for link, load in loads.items() if load > 0),
+                   default=float("inf"))
 
     # ---- entries --------------------------------------------------------------------------
     def _match(self, key: FiveTuple) -> ofmsg.Match:
@@ -433,6 +455,12 @@ class LessorLogic:
             "bg_flows": {" ".join(map(str, k)): v.bg for k, v in sorted(self.installed.items()) if v.bg > 0},
             "bg_over_mu": [list(link) for link in self.bg_over(self.installed)],
         }
+
+
+def _effective_demands(flows: list[LongFlow]) -> dict:
+    """What each flow loads a link with, for comparing routings: its BG if it
+    carries BG, else its demand."""
+    return {f.key: f.bg if f.bg > 0 else f.demand for f in flows}
 
 
 def five_tuple(match: dict) -> FiveTuple | None:
