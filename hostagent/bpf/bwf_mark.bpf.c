@@ -48,6 +48,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 char _license[] SEC("license") = "GPL";
 
@@ -184,6 +185,12 @@ static __always_inline int take(struct bwf_key *key, struct bwf_rate *cfg, __u64
 	return over;
 }
 
+/* kernels before 6.18 (the 6.12 guests of coupled-vm-guest) called the
+ * count of a connection's extra subflows pm.subflows */
+struct mptcp_pm_data___subflows {
+	__u8 subflows;
+} __attribute__((preserve_access_index));
+
 /* a subflow of an MPTCP connection that has a join to send on (see OVER_HEAVY) */
 static __always_inline int joined_mptcp(struct __sk_buff *skb)
 {
@@ -193,7 +200,11 @@ static __always_inline int joined_mptcp(struct __sk_buff *skb)
 	if (!sk)
 		return 0;
 	msk = bpf_skc_to_mptcp_sock(sk);
-	return msk && msk->pm.extra_subflows > 0;
+	if (!msk)
+		return 0;
+	if (bpf_core_field_exists(msk->pm.extra_subflows))
+		return msk->pm.extra_subflows > 0;
+	return ((struct mptcp_pm_data___subflows *)&msk->pm)->subflows > 0;
 }
 
 static __always_inline void count_ce(struct bwf_key *key, __u64 len)
