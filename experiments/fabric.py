@@ -341,19 +341,19 @@ class Fabric:
     def host(self, name: str):
         return self.net.get(name)
 
+    def _prefix(self, name: str) -> list[str]:
+        end = self.endpoint(name)
+        return end.prefix if isinstance(end, VmEndpoint) else ["mnexec", "-a", str(end.pid)]
+
     def popen_in(self, name: str, cmd: list[str], **kw) -> subprocess.Popen:
         """:meth:`run_in`'s command, started and left running."""
-        end = self.endpoint(name)
-        prefix = end.prefix if isinstance(end, VmEndpoint) else ["mnexec", "-a", str(end.pid)]
-        return subprocess.Popen([*prefix, *cmd], **kw)
+        return subprocess.Popen([*self._prefix(name), *cmd], **kw)
 
     def run_in(self, name: str, *cmd: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         """A command in host ``name``'s namespaces (``mnexec -a``: unlike
         ``host.cmd`` it does not go through the host's one shell, so threads
         may use it at once), or in VM ``name``'s."""
-        end = self.endpoint(name)
-        prefix = end.prefix if isinstance(end, VmEndpoint) else ["mnexec", "-a", str(end.pid)]
-        return subprocess.run([*prefix, *cmd], input=stdin, capture_output=True, text=True)
+        return subprocess.run([*self._prefix(name), *cmd], input=stdin, capture_output=True, text=True)
 
     def wait_routes(self, timeout: float = 60.0, table: int = 1) -> None:
         """Until every switch is connected and has a forwarding entry (IP and

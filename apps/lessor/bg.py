@@ -26,9 +26,11 @@ without a guarantee carry no BG.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Mapping
+
+from apps.lessor.pmpt import check_mu
+from controller.validate import finite_number
 
 IPPROTO_TCP, IPPROTO_UDP = 6, 17
 JOIN_PORTS = 8          # hostagent.plan: wc_subflows <= 8, join ports base .. base + wc_subflows - 1
@@ -45,11 +47,9 @@ class BgPolicy:
     mu: float = 1.0
 
     def __post_init__(self):
-        if isinstance(self.mu, bool) or not isinstance(self.mu, (int, float)) or \
-                not (math.isfinite(self.mu) and 0 < self.mu <= 1):
-            raise ValueError(f"BG policy: mu {self.mu!r} must be a number in (0, 1]")
+        check_mu(self.mu)
         for ip, g in self.guarantee_bps.items():
-            if isinstance(g, bool) or not isinstance(g, (int, float)) or not (math.isfinite(g) and g > 0):
+            if not (finite_number(g) and g > 0):
                 raise ValueError(f"BG policy: guarantee of {ip} {g!r} must be a finite number > 0 (bits/s)")
         for ip, base in self.join_port_base.items():
             if isinstance(base, bool) or not isinstance(base, int) or not 1 <= base <= 65536 - JOIN_PORTS:

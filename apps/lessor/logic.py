@@ -206,13 +206,18 @@ class LessorLogic:
     def bg_over(self, routes: dict[FiveTuple, "Installed"]) -> list[tuple[str, str]]:
         """Switch-to-switch links whose BG (the routes' ``bg`` along their
         paths) exceeds mu x capacity."""
-        load: dict[tuple[str, str], float] = {}
-        for inst in routes.values():
-            if inst.bg > 0:
-                for link in self.view.path_links(inst.path[1:-1]):
-                    load[link] = load.get(link, 0.0) + inst.bg
+        load = self._link_sums((inst.path, inst.bg) for inst in routes.values() if inst.bg > 0)
         return sorted(link for link, bg in load.items()
                       if bg > self.bg.mu * self.view.capacity(*link) * (1 + 1e-9))
+
+    def _link_sums(self, routes) -> dict[tuple[str, str], float]:
+        """Per switch-to-switch link, the sum of the amounts of the (host
+        path, amount) pairs that cross it."""
+        sums: dict[tuple[str, str], float] = {}
+        for path, amount in routes:
+            for link in self.view.path_links(path[1:-1]):
+                sums[link] = sums.get(link, 0.0) + amount
+        return sums
 
     def fabric_utilisation(self) -> dict[tuple[str, str], float]:
         """Known load / capacity of every switch-to-switch link: installed
@@ -307,7 +312,6 @@ class LessorLogic:
         adds: list[tuple[str, list[ofmsg.Message]]] = []
         removals: list[tuple[str, list[ofmsg.Message]]] = []
         wanted = {}
-        bg = {f.key: f.bg for f in flows}
         for f in flows:
             tor_path = allocation.flow_path.get(f.key)
             if tor_path is None:
@@ -319,7 +323,7 @@ class LessorLogic:
         self.pinned = self.host_limited([f for f in flows if not f.bg])
         for key in self.pinned:
             if key in wanted:
-                wanted[key] = Installed(self.installed[key].path, wanted[key].rate, bg[key])
+                wanted[key] = replace(wanted[key], path=self.installed[key].path)
         kept = self._keep_current(flows, wanted)
         if kept is not None:
             wanted = kept
@@ -401,10 +405,7 @@ class LessorLogic:
         each link, and compared with this one it called for moving flows in
         every allocation (4-10 moves every 2 s with steady demands)."""
         eff = _effective_demands(flows)
-        loads: dict[tuple[str, str], float] = {}
-        for key, inst in routes.items():
-            for link in self.view.path_links(inst.path[1:-1]):
-                loads[link] = loads.get(link, 0.0) + eff.get(key, 0.0)
+        loads = self._link_sums((inst.path, eff.get(key, 0.0)) for key, inst in routes.items())
         return min((self.view.capacity(*link) / load for link, load in loads.items() if load > 0),
                    default=float("inf"))
 

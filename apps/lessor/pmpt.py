@@ -62,6 +62,7 @@ import numpy as np
 
 from apps.lessor.paths import PathDictionary
 from apps.lessor.placement import place
+from controller.validate import finite_number
 
 DEFAULT_EPSILON = 0.05
 # A ToR pair whose long flows add up to less than this (bits/s) has nothing
@@ -212,8 +213,7 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
                                                   and math.isfinite(f.remaining_bytes)
                                                   and f.remaining_bytes >= 0):
             raise ValueError(f"flow {f.key!r}: remaining_bytes {f.remaining_bytes!r} must be finite and >= 0")
-        if isinstance(f.bg, bool) or not isinstance(f.bg, (int, float)) or not \
-                (math.isfinite(f.bg) and 0 <= f.bg <= MAX_DEMAND_BPS):
+        if not (finite_number(f.bg) and 0 <= f.bg <= MAX_DEMAND_BPS):
             raise ValueError(f"flow {f.key!r}: bg {f.bg!r} must be a finite number in [0, {MAX_DEMAND_BPS:g}]")
     tors: dict = {}
     for f in flows:
@@ -228,7 +228,7 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
 
 
 def check_mu(mu: float) -> None:
-    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not (math.isfinite(mu) and 0 < mu <= 1):
+    if not (finite_number(mu) and 0 < mu <= 1):
         raise ValueError(f"mu={mu!r}: must be a number in (0, 1]")
 
 
@@ -316,6 +316,15 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary,
         chosen[it.key] = p
         load[idx[p]] += it.bg
 
+    def shifted(changes) -> np.ndarray:
+        """The BG per link once each (item, path index) of ``changes`` has moved."""
+        after = load.copy()
+        for it, q in changes:
+            idx = cand[it.key][1]
+            after[idx[chosen[it.key]]] -= it.bg
+            after[idx[q]] += it.bg
+        return after
+
     def overflow(ld: np.ndarray) -> float:
         return float(np.maximum(ld - limit, 0.0).sum())
 
@@ -324,42 +333,25 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary,
         over = load > limit * (1 + 1e-9)
         if not over.any():
             break
-        now = overflow(load)
-        best = None
-        for f in placed:
-            nodes, idx = cand[f.key]
-            here = idx[chosen[f.key]]
-            if not over[here].any():
+        trials = []
+        for it in placed:
+            nodes, idx = cand[it.key]
+            if not over[idx[chosen[it.key]]].any():
                 continue
-            # a move: f alone to another of its paths
-            for q in range(len(nodes)):
-                if q != chosen[f.key]:
-                    after = load.copy()
-                    after[here] -= f.bg
-                    after[idx[q]] += f.bg
-                    left = overflow(after)
-                    if left < now * (1 - 1e-9) and (best is None or left < best[0]):
-                        best = (left, ((f, q),))
-            # an exchange: f and an item of its ToR pair on another path swap paths
-            for g in placed:
-                if (g.src_tor, g.dst_tor) != (f.src_tor, f.dst_tor) or chosen[g.key] == chosen[f.key] \
-                        or g.bg == f.bg:
-                    continue
-                there = idx[chosen[g.key]]
-                after = load.copy()
-                after[here] += g.bg - f.bg
-                after[there] += f.bg - g.bg
-                left = overflow(after)
-                if left < now * (1 - 1e-9) and (best is None or left < best[0]):
-                    best = (left, ((f, chosen[g.key]), (g, chosen[f.key])))
-        if best is None:
+            # a move: the item alone to another of its paths
+            trials += [((it, q),) for q in range(len(nodes)) if q != chosen[it.key]]
+            # an exchange: the item and one of its ToR pair on another path swap paths
+            trials += [((it, chosen[other.key]), (other, chosen[it.key])) for other in placed
+                       if (other.src_tor, other.dst_tor) == (it.src_tor, it.dst_tor)
+                       and chosen[other.key] != chosen[it.key] and other.bg != it.bg]
+        now = overflow(load)
+        best = min(((overflow(shifted(t)), n, t) for n, t in enumerate(trials)), default=None,
+                   key=lambda x: x[:2])
+        if best is None or best[0] >= now * (1 - 1e-9):
             break
-        for f, q in best[1]:
-            idx = cand[f.key][1]
-            load[idx[chosen[f.key]]] -= f.bg
-            load[idx[q]] += f.bg
-        for f, q in best[1]:
-            chosen[f.key] = q
+        load = shifted(best[2])
+        for it, q in best[2]:
+            chosen[it.key] = q
     return ({f.key: cand[k][0][p] for k, p in chosen.items() for f in members[k]}, load, unroutable)
 
 
