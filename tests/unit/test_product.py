@@ -112,7 +112,9 @@ def test_bad_options_are_refused_before_anything_starts(capsys, tmp_path):
     assert "web_load" in capsys.readouterr().err
     assert registry.run("main", ["schemes=ospf"], tmp_path) == 2
     assert registry.run("main", ["reps=0"], tmp_path) == 2
-    for bad in ("vms_per_host=3", "stale_loss_cnt=0", "stale_loss_cnt=101"):
+    for bad in ("vms_per_host=3", "stale_loss_cnt=0", "stale_loss_cnt=101", "guarantees=nan,1", "guarantees=4",
+                "guarantees=0,1", "guarantees=4,11", "guarantees=inf,1", "rtt_hint_ms=0", "rtt_hint_ms=inf",
+                "rtt_hint_ms=20000", "bg_first=maybe"):
         assert registry.run("main", [bad], tmp_path) == 2
         assert bad.split("=")[0] in capsys.readouterr().err
 
