@@ -56,6 +56,11 @@ COUNTERS = textwrap.dedent('''
         tcp dport 10101 ip dscp cs1 counter
         tcp dport 10101 ip dscp != cs1 counter
       }
+      chain pre {
+        type filter hook prerouting priority -300; policy accept;
+        tcp sport 10101 ip dscp cs0 counter
+        tcp sport 10101 ip dscp != cs0 counter
+      }
     }
 ''')
 
@@ -144,9 +149,12 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     print(ss, counters, sep="\n")
 
     sizes = [int(x) for x in re.findall(r"counter packets \d+ bytes (\d+)", counters)]
-    bg_ok, bg_bad, wc_ok, wc_bad = sizes
+    bg_ok, bg_bad, wc_ok, wc_bad, wc_acks_bg, wc_acks_other = sizes
     assert bg_ok > 1_000_000 and wc_ok > 1_000_000   # two subflows, both carried data
     assert bg_bad == 0 and wc_bad == 0               # each with its own ToS only
+    # ACKs first: what b returns on the WC subflow (its ACKs; it sends no data) left b's marker as BG, so it
+    # never waits behind WC data going b's way (b's nftables mark it WC, as every packet of a join)
+    assert wc_acks_bg > 0 and wc_acks_other == 0, (wc_acks_bg, wc_acks_other)
     assert "bwf_wc" in ss and "reno" in ss           # the WC subflow runs the BPF CC, the BG one Reno
     # send buffers (skmem tb): WC's follows its window (bwf_sockops: 2 x cwnd x (MSS + 1 KiB), >= 64 KiB), BG keeps
     # the namespace's (Eq. 1's B)
