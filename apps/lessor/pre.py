@@ -161,6 +161,11 @@ class FlowState:
     needs_recheck: bool = False
 
 
+# Counts closer together than this give no rate (polls are 0.5 s apart at the least; a
+# recheck follows its poll by a round trip)
+MIN_RATE_INTERVAL_S = 1e-3
+
+
 class FlowTable:
     """Rates and classes of the flows seen in ToR flow statistics."""
 
@@ -186,6 +191,11 @@ class FlowTable:
         if not finite_number(now):
             raise ValueError(f"flow {key}: time {now!r} must be finite")
         st = self.flows.setdefault(key, FlowState(key, src_tor, dst_tor))
+        if st.last_t is not None and 0 < now - st.last_t < MIN_RATE_INTERVAL_S and byte_count >= st.bytes:
+            # too soon after the last count for a rate (1949 B over 1e-304 s is infinite): the
+            # next one is measured from the last, over the whole interval
+            st.long = st.long or byte_count >= self.long_bytes
+            return st
         if st.last_t is not None and now > st.last_t and byte_count >= st.bytes:
             rate = (byte_count - st.bytes) * 8 / (now - st.last_t)
             if st.needs_recheck:

@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from apps.lessor.pre import AdaptivePolling, FlowTable, PollingConfig, predict_rate
 from controller.topology import TopologyDescription, TopologyError
@@ -135,6 +135,7 @@ def test_lessor_settings_are_valid_or_refused(polling, epsilon):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True), st.one_of(
     st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True))), max_size=20))
+@example(samples=[(-8.670224781002118e-305, 0), (0.0, 1949)])   # found by Hypothesis: a rate over 1e-304 s
 def test_pre_flow_table_never_predicts_a_negative_or_non_finite_rate(samples):
     table = FlowTable()
     for t, count in samples:
