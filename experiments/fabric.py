@@ -132,7 +132,7 @@ class VmEndpoint:
 
 class Fabric:
     def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None,
-                 wc_aqm: bool = True, delays: dict | None = None, vms: tuple = ()):
+                 wc_aqm: bool = True, delays: dict | None = None, vms: tuple = (), ack_first: bool = False):
         """``queues``: None, or a BG/WC queue back-end for every switch port
         (``tc`` on userspace OVS; see mininet_topos.queues); ``wc_aqm``:
         random early drop of WC packets on those ports (tc back-end);
@@ -141,7 +141,9 @@ class Fabric:
         -- those links go through a delay line (this kernel has no netem);
         ``vms``: :class:`mininet_topos.vms.VmSpec` -- VMs in namespaces of
         their own behind their servers' NICs (their servers need a
-        vm_prefix; issue #32 §4)."""
+        vm_prefix; issue #32 §4); ``ack_first``: every switch port without
+        BG/WC classes serves TCP packets without payload first
+        (:func:`mininet_topos.queues.ack_first_commands`)."""
         self.topo = topo
         self.vms = tuple(vms)
         for spec in self.vms:
@@ -154,6 +156,7 @@ class Fabric:
         self.of_port = of_port
         self.queues = queues
         self.wc_aqm = wc_aqm
+        self.ack_first = ack_first
         self._backend = None
         self.net = None
         self.warnings: list[str] = []
@@ -234,9 +237,10 @@ class Fabric:
     # ---- tuning --------------------------------------------------------------
     def _tune(self) -> None:
         mtu = self.topo.mtu
-        queue = {}
+        queue, rate = {}, {}
         for lk in self.topo.links:
             queue[(lk.a, lk.a_port)] = queue[(lk.b, lk.b_port)] = lk.queue_bytes
+            rate[(lk.a, lk.a_port)] = rate[(lk.b, lk.b_port)] = lk.capacity_mbps * 1e6
         switches = {sw.name for sw in self.topo.switches}
         delay_nodes = set(self.net.topo.delay_nodes.values())
         for link in self.net.links:
@@ -251,6 +255,9 @@ class Fabric:
                 if qbytes:
                     cmds.append(f"tc qdisc replace dev {intf.name} parent 5:1 handle 10: "
                                 f"bfifo limit {qbytes}")
+                if self.ack_first and qbytes and node.name in switches and not self.queues:
+                    from mininet_topos.queues import ack_first_commands
+                    cmds += [f"tc {c}" for c in ack_first_commands(intf.name, rate[(node.name, port)], qbytes)]
                 if node.name not in switches:
                     cmds.append(rps_command(intf.name))
                 out = node.cmd(" ; ".join(f"{c} >/dev/null 2>&1 || echo FAILED: {c}" for c in cmds))

@@ -42,6 +42,7 @@ class LessorApp(ForwardingApp):
         self.packet_ins = 0
         self.last_rtt: float | None = None
         self.cpu_log: list[tuple[float, float, float]] = []   # (t, cpu fraction, period)
+        self.allocation_log: list[tuple[float, int]] = []      # (t, installed flows moved)
         self.t0 = time.monotonic()
         self.t0_wall = time.time()  # cpu_log times are seconds after this epoch
         self.decide_at: float | None = None
@@ -171,6 +172,10 @@ class LessorApp(ForwardingApp):
                                 allocation.phases, allocation.lam, allocation.upper_bound)
         for sw, msgs in self.lessor.install(allocation, flows):
             self.send(sw, msgs)
+        # when each allocation went out and how many installed flows it moved (the state file's
+        # allocation_log: seconds after t0_wall, as cpu_log), to lay beside what the fabric carried
+        self.allocation_log.append((round(time.monotonic() - self.t0, 3), self.lessor.moves_per_allocation[-1]))
+        del self.allocation_log[:-500]
 
     def _write_state(self):
         """The state is read under the lock; the file is written after it
@@ -180,6 +185,7 @@ class LessorApp(ForwardingApp):
         with self.lock:
             state = self.lessor.state()
             state.update(packet_ins=self.packet_ins, cpu_log=self.cpu_log[-500:], t0_wall=self.t0_wall,
+                         allocation_log=list(self.allocation_log),
                          switches=sorted(self.datapaths), polls=self.polls, loops=self.guard.as_dict(),
                          refused=dict(sorted(self.refused.items())))
         tmp = Path(self.state_file + ".tmp")

@@ -71,6 +71,37 @@ def ovsdb_plan(q: PortQueues) -> list[str]:
             f"other-config:max-rate={q.rate_bps}", "other-config:priority=1"]
 
 
+# ACKs first on a plain port (no BG/WC classes): TCP packets shorter than
+# this (IPv4 total length) -- pure ACKs, SYNs, FINs with options -- take a
+# band of their own, served first. A flow whose ACKs cross a port that its
+# sender's incoming data fills otherwise has that port's queue (180 ms at
+# 10 Mb/s) in its round trip, and TCP's RTT unfairness starves it beside
+# flows whose ACKs travel clean (issue #32 §3; docs/apps.md, "ACKs first").
+ACK_MAX_IP_BYTES = 128
+ACK_BAND_FRACTION = 0.01      # the ACK band's assured rate; it may borrow the whole port
+
+
+def ack_first_commands(dev: str, rate_bps: int, queue_bytes: int) -> list[str]:
+    """``tc`` arguments that split the leaf class 5:1 of a Mininet TCLink
+    port (HTB root 5:, the link's rate; its bfifo goes) into an ACK band
+    5:10 (HTB prio 0) and everything else 5:20 (prio 1), each a bfifo of
+    ``queue_bytes``, both borrowing up to the link's rate. No prio qdisc on
+    this kernel (docs/platform.md): HTB serves the lower prio first when
+    both borrow. Filters on the root: short TCP to 5:10, the rest to 5:20."""
+    if rate_bps <= 0 or queue_bytes <= 0:
+        raise BackendError(f"port {dev}: ACKs first needs rate > 0 and queue_bytes > 0")
+    ack = max(8000, int(rate_bps * ACK_BAND_FRACTION))
+    return [f"class add dev {dev} parent 5:1 classid 5:10 htb rate {ack}bit ceil {int(rate_bps)}bit prio 0",
+            f"class add dev {dev} parent 5:1 classid 5:20 htb rate {int(rate_bps) - ack}bit "
+            f"ceil {int(rate_bps)}bit prio 1",
+            f"qdisc add dev {dev} parent 5:10 handle 11: bfifo limit {int(queue_bytes)}",
+            f"qdisc add dev {dev} parent 5:20 handle 12: bfifo limit {int(queue_bytes)}",
+            # IPv4 protocol 6, total length (bytes 2-3) below ACK_MAX_IP_BYTES (a power of two)
+            f"filter add dev {dev} parent 5: protocol ip prio 1 u32 match ip protocol 6 0xff "
+            f"match u16 0x0000 {0xffff & ~(ACK_MAX_IP_BYTES - 1):#06x} at 2 flowid 5:10",
+            f"filter add dev {dev} parent 5: protocol all prio 2 u32 match u32 0 0 flowid 5:20"]
+
+
 class TcBackend:
     """One executor per port (the root namespace of the switch host)."""
 

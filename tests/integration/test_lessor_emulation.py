@@ -52,6 +52,10 @@ def test_lessor_detects_installs_and_carries_long_flows(tmp_path):
     assert all(6e6 < (f["rate_bps"] or 0) < 11e6 for f in data_flows if f["bytes"] > 5e6)
     assert len(state["installed"]) >= len(PAIRS)
     assert state["lambda_one_path"] >= 0.99
+    # every allocation that went out is logged with its time and its moves (the operator's churn record)
+    log = state["allocation_log"]
+    assert len(log) == state["allocations"] > 0 and [m for _, m in log] == state["moves_per_allocation"][-len(log):]
+    assert all(0 <= t <= time.time() - state["t0_wall"] for t, _ in log) and log == sorted(log, key=lambda e: e[0])
     # the exact-match entries carry the traffic: megabytes through each source ToR's entry
     carried = [int(b) for sw in tables.values()
                for b in re.findall(r"n_bytes=(\d+).*priority=1000", sw)]
