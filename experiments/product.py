@@ -328,7 +328,7 @@ def _load(fab: Fabric, cfg: Config, lay: Layout, workdir: Path, seed: int) -> di
         web_thread.join(cfg.duration + 60)
     if cfg.trace:
         R.write_json(workdir / "trace.json", trace)
-    return {"rates": meter.rates(), "web": web.get("r"), "cpu": used}
+    return {"rates": meter.rates(), "web": web.get("r"), "cpu": used, "meter_t0": meter.t0}
 
 
 def _trace(fab: Fabric, hosts: list[str], period_s: float, t0: float, stop: threading.Event,
@@ -607,6 +607,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
             if "meters" in got:
                 summaries[scheme]["meters"] = got["meters"]
             summaries[scheme]["cpu"] = got.get("cpu")
+            summaries[scheme]["meter_t0"] = got.get("meter_t0")    # wall clock of the rates' t = 0
             if got.get("cpu"):
                 c = got["cpu"]
                 print(f"{scheme}: CPU while the traffic ran: machine {c['machine_busy']:.0%} busy of "

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from apps.lessor.bg import BgPolicy
 from apps.lessor.hedera import ELEPHANT_FRACTION, estimate_demands
+from apps.lessor.moves import fewest_moves
 from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import DEFAULT_EPSILON, Allocation, LongFlow, mrtf_key, pmpt
 from apps.lessor.pre import LONG_FLOW_BYTES, AdaptivePolling, FlowTable, PollingConfig, PollSchedule
@@ -351,10 +352,12 @@ class LessorLogic:
         """Installed flows stay on their current (still working) paths and the
         others are fitted around them (MRTF order: a bundle's new flow on its
         kept members' path, any other on its least-congested candidate path);
-        returned if its one-path lambda is within REROUTE_GAIN of the new
-        allocation's -- both measured alike (:meth:`routing_lambda`) --, if it
-        puts no more BG above mu x C and splits no bundle; else None (the new
-        allocation wins)."""
+        from there, flows (bundles whole) move to the new allocation's paths
+        only until the routing's one-path lambda is within REROUTE_GAIN of the
+        new allocation's -- both measured alike (:meth:`routing_lambda`) --
+        and it puts no more BG above mu x C (:func:`apps.lessor.moves.fewest_moves`);
+        a bundle split over several paths moves whole. None when nothing is
+        installed (the new allocation as it is)."""
         keep = {f.key: replace(self.installed[f.key], bg=f.bg) for f in flows if f.key in self.installed
                 and all(self.view.link_up(u, v) for u, v in self.view.path_links(self.installed[f.key].path))}
         if not keep or all(keep.get(k) == v for k, v in wanted.items()):
@@ -385,17 +388,25 @@ class LessorLogic:
             add(best, eff[f.key])
             ends = wanted[f.key].path
             mixed[f.key] = Installed((ends[0], *best, ends[-1]), f.demand, f.bg)
-        # keeping must not put more BG on a link than mu x C where the new allocation does not
-        if set(self.bg_over(mixed)) - set(self.bg_over(wanted)):
-            return None
-        # ...nor split a bundle (one VM's BG to one ToR) over several paths
-        seen: dict = {}
+        # from there towards the new allocation, only as far as it pays (apps.lessor.moves): keeping must not
+        # put more BG on a link than mu x C where the new allocation does not, nor leave lambda below
+        # (1 - REROUTE_GAIN) of the new one's, nor split a bundle (one VM's BG to one ToR) over several paths
+        units: dict = {}
+        paths_of: dict = {}
         for f in flows:
-            if f.bundle is not None and f.key in mixed and \
-                    seen.setdefault(f.bundle, mixed[f.key].path[1:-1]) != mixed[f.key].path[1:-1]:
-                return None
-        return mixed if self.routing_lambda(mixed, flows) >= (1 - REROUTE_GAIN) * self.routing_lambda(wanted, flows) \
-            else None
+            if f.key in mixed and f.key in wanted and mixed[f.key].path != wanted[f.key].path:
+                units.setdefault(("bundle", f.bundle) if f.bundle is not None else ("flow", f.key), []).append(f.key)
+            if f.bundle is not None and f.key in mixed:
+                paths_of.setdefault(f.bundle, set()).add(mixed[f.key].path[1:-1])
+        split = [u for u in units if u[0] == "bundle" and len(paths_of.get(u[1], ())) > 1]
+        for u in split:                           # a split bundle goes where the allocation puts it
+            mixed.update({k: wanted[k] for k in units.pop(u)})
+        routed, _ = fewest_moves({k: v.path for k, v in mixed.items()}, {k: v.path for k, v in wanted.items()},
+                                 list(units.values()), _effective_demands(flows),
+                                 {f.key: f.bg for f in flows}, lambda link: self.view.capacity(*link),
+                                 lambda path: self.view.path_links(path[1:-1]), self.bg.mu,
+                                 (1 - REROUTE_GAIN) * self.routing_lambda(wanted, flows), set(self.bg_over(wanted)))
+        return {k: wanted[k] if k in wanted and routed[k] == wanted[k].path else inst for k, inst in mixed.items()}
 
     def routing_lambda(self, routes: dict[FiveTuple, Installed], flows: list[LongFlow]) -> float:
         """The one-path lambda of a routing of ``flows``: the least capacity /

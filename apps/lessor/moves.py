@@ -1,0 +1,109 @@
+"""Fewest moves: from the installed routing towards a new allocation, only as
+far as it pays.
+
+PMPT places every long flow afresh. When the installed routing falls short
+of the new one (its one-path lambda below (1 - REROUTE_GAIN) of the new
+one's, or BG above mu x C where the new one has none), adopting the new
+routing whole moved 20-40 of the main job's ~60 long flows at once, most of
+them for nothing: each move costs its TCP subflow a reordering, and every
+switch on the old and new paths a flow-table change (userspace OVS
+revalidates its datapath flows after each). Here the routing goes from the
+installed one towards the new one a unit at a time (a flow, or a bundle:
+one VM's BG to one ToR, which shares one path), each step the move that
+leaves the fewest links with BG above mu x C and then the highest lambda,
+and stops as soon as the routing is as good as the new allocation asks.
+
+Pure (no view, no messages): paths are opaque, links come from a function;
+lambda is the least capacity / load over the links that carry load, as
+:meth:`apps.lessor.logic.LessorLogic.routing_lambda` measures it. Each
+trial is O(hops): loads are kept per link and a trial changes only the
+links of the unit's old and new paths.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+
+Link = tuple[str, str]
+Path = tuple[str, ...]
+
+
+def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], units: Sequence[Sequence[Hashable]],
+                 load: dict[Hashable, float], bg: dict[Hashable, float], capacity: Callable[[Link], float],
+                 links: Callable[[Path], list[Link]], mu: float, lam_goal: float,
+                 allowed_over: set[Link]) -> tuple[dict[Hashable, Path], int]:
+    """The routing reached from ``start`` by moving whole ``units`` (each a
+    list of keys) to their ``target`` paths, best move first, until its
+    lambda (by ``load``) is at least ``lam_goal`` and its BG (by ``bg``)
+    exceeds mu x capacity on no link outside ``allowed_over``; and how many
+    units it moved. With every unit moved it is ``start`` updated by
+    ``target``. Keys of a unit missing from ``start`` or ``target`` are a
+    ValueError, as are a ``lam_goal`` that is not a number >= 0 (infinity:
+    every unit moves) and a ``mu`` outside (0, 1]."""
+    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1:
+        raise ValueError(f"fewest_moves: mu {mu!r} must be in (0, 1]")
+    if isinstance(lam_goal, bool) or not isinstance(lam_goal, (int, float)) or not lam_goal >= 0:
+        raise ValueError(f"fewest_moves: lam_goal {lam_goal!r} must be a number >= 0")
+    for unit in units:
+        for k in unit:
+            if k not in start or k not in target:
+                raise ValueError(f"fewest_moves: {k!r} of a unit has no start or no target path")
+    cur = dict(start)
+    sums: dict[Link, float] = {}
+    bgs: dict[Link, float] = {}
+    for k, path in cur.items():
+        for link in links(path):
+            sums[link] = sums.get(link, 0.0) + load.get(k, 0.0)
+            bgs[link] = bgs.get(link, 0.0) + bg.get(k, 0.0)
+    cap = {link: capacity(link) for link in sums}
+
+    def capof(link: Link) -> float:
+        if link not in cap:
+            cap[link] = capacity(link)
+        return cap[link]
+
+    def ratio(link: Link, s: float) -> float:
+        return capof(link) / s if s > 1e-12 else math.inf
+
+    def over(link: Link, b: float) -> bool:
+        return b > mu * capof(link) * (1 + 1e-9) and link not in allowed_over
+
+    def delta(unit: Sequence[Hashable]) -> tuple[dict[Link, float], dict[Link, float]]:
+        d: dict[Link, float] = {}
+        db: dict[Link, float] = {}
+        for k in unit:
+            for sign, path in ((-1.0, cur[k]), (1.0, target[k])):
+                for link in links(path):
+                    d[link] = d.get(link, 0.0) + sign * load.get(k, 0.0)
+                    db[link] = db.get(link, 0.0) + sign * bg.get(k, 0.0)
+        return d, db
+
+    pending = [list(u) for u in units if any(cur[k] != target[k] for k in u)]
+    moved = 0
+    while pending:
+        overs = {link for link, b in bgs.items() if over(link, b)}
+        lam = min((ratio(link, s) for link, s in sums.items()), default=math.inf)
+        if not overs and lam >= lam_goal:
+            break
+        # the links in order of capacity / load: a trial's lambda is the least of the links it
+        # changes and the first link in this order it does not change
+        order = sorted(sums, key=lambda link: ratio(link, sums[link]))
+        best = None
+        for i, unit in enumerate(pending):
+            d, db = delta(unit)
+            rest = next((ratio(link, sums[link]) for link in order if link not in d), math.inf)
+            trial_lam = min([rest, *(ratio(link, sums.get(link, 0.0) + v) for link, v in d.items())])
+            trial_over = len(overs - set(db)) + sum(over(link, bgs.get(link, 0.0) + v) for link, v in db.items())
+            score = (trial_over, -trial_lam, len(unit), i)
+            if best is None or score < best[0]:
+                best = (score, i, d, db)
+        _, i, d, db = best
+        for link, v in d.items():
+            sums[link] = sums.get(link, 0.0) + v
+        for link, v in db.items():
+            bgs[link] = bgs.get(link, 0.0) + v
+        for k in pending.pop(i):
+            cur[k] = target[k]
+        moved += 1
+    return cur, moved
