@@ -16,11 +16,11 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 
 import pytest
 
 from mininet_topos.queues import ack_first_commands
+from tests.integration.netns_pair import ns as _ns, veth_pair
 
 pytestmark = pytest.mark.root
 
@@ -60,27 +60,10 @@ CONNECTS = textwrap.dedent('''
 ''' % A)
 
 
-def _ns(name, *cmd, **kw):
-    return subprocess.run(["ip", "netns", "exec", name, *cmd], capture_output=True, text=True, **kw)
-
-
 @pytest.fixture
 def port():
-    tag = uuid.uuid4().hex[:5]
-    a, b = f"bwack-a-{tag}", f"bwack-b-{tag}"
-    for n in (a, b):
-        subprocess.run(["ip", "netns", "add", n], check=True)
-    try:
-        subprocess.run(["ip", "link", "add", f"ka{tag}", "netns", a, "type", "veth", "peer", "name", f"kb{tag}",
-                        "netns", b], check=True)
-        for n, dev, ip in ((a, f"ka{tag}", A), (b, f"kb{tag}", B)):
-            for cmd in (["ip", "addr", "add", f"{ip}/24", "dev", dev], ["ip", "link", "set", dev, "up"],
-                        ["ip", "link", "set", "lo", "up"], ["ethtool", "-K", dev, "tso", "off", "gso", "off"]):
-                assert _ns(n, *cmd).returncode == 0, cmd
-        yield a, b, f"ka{tag}"
-    finally:
-        for n in (a, b):
-            subprocess.run(["ip", "netns", "del", n])
+    with veth_pair("bwack", A, B) as (a, b, dev, _):
+        yield a, b, dev
 
 
 def _tclink_port(ns_name: str, dev: str) -> None:

@@ -25,11 +25,11 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 
 import pytest
 
 from hostagent import cc
+from tests.integration.netns_pair import ns as _ns, veth_pair
 
 pytestmark = pytest.mark.root
 
@@ -139,29 +139,14 @@ VM = textwrap.dedent('''
 ''' % (A, NIC_MBPS, G_MBPS, B, B, UDP_MBPS, A, B, A))
 
 
-def _ns(name, *cmd, **kw):
-    return subprocess.run(["ip", "netns", "exec", name, *cmd], capture_output=True, text=True, **kw)
-
-
 @pytest.fixture
 def vm_and_peer(tmp_path):
-    tag = uuid.uuid4().hex[:5]
-    a, b = f"bwmk-a-{tag}", f"bwmk-b-{tag}"
     loaded_before = cc.cc_registered()
-    for n in (a, b):
-        subprocess.run(["ip", "netns", "add", n], check=True)
     try:
-        subprocess.run(["ip", "link", "add", f"mk{tag}", "netns", a, "type", "veth", "peer", "name", f"mp{tag}",
-                        "netns", b], check=True)
-        for n, dev, ip in ((a, f"mk{tag}", A), (b, f"mp{tag}", B)):
-            for cmd in (["ip", "addr", "add", f"{ip}/24", "dev", dev], ["ip", "link", "set", dev, "up"],
-                        ["ip", "link", "set", "lo", "up"], ["ethtool", "-K", dev, "tso", "off", "gso", "off"]):
-                assert _ns(n, *cmd).returncode == 0, cmd
-        cc.load()
-        yield a, b, f"mk{tag}", tmp_path
+        with veth_pair("bwmk", A, B) as (a, b, dev, _):
+            cc.load()
+            yield a, b, dev, tmp_path
     finally:
-        for n in (a, b):
-            subprocess.run(["ip", "netns", "del", n])
         if not loaded_before:
             cc.unload()
 
