@@ -2,8 +2,8 @@
 far as it pays.
 
 PMPT places every long flow afresh. When the installed routing falls short
-of the new one (its one-path lambda below (1 - REROUTE_GAIN) of the new
-one's, or BG above mu x C where the new one has none), adopting the new
+of the new one (its one-path lambda below the new one's, or BG above mu x C
+where the new one has none), adopting the new
 routing whole moved 20-40 of the main job's ~60 long flows at once, most of
 them for nothing: each move costs its TCP subflow a reordering, and every
 switch on the old and new paths a flow-table change (userspace OVS
