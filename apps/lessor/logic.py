@@ -406,7 +406,7 @@ class LessorLogic:
         for u in split:                           # a split bundle goes where the allocation puts it
             mixed.update({k: wanted[k] for k in units.pop(u)})
         routed, _ = fewest_moves({k: v.path for k, v in mixed.items()}, {k: v.path for k, v in wanted.items()},
-                                 list(units.values()), _effective_demands(flows),
+                                 list(units.values()), eff,
                                  {f.key: f.bg for f in flows}, lambda link: self.view.capacity(*link),
                                  lambda path: self.view.path_links(path[1:-1]), self.bg.mu,
                                  lam_wanted * (1 - 1e-9), over_wanted)

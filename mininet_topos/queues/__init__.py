@@ -27,6 +27,7 @@ import subprocess
 from dataclasses import dataclass
 
 from controller.contract import QUEUE_BG, QUEUE_WC
+from controller.validate import finite_number
 from hostagent import plan as P
 
 WC_FLOOR_FRACTION = 0.01   # WC's guaranteed share of a port (HTB needs some rate)
@@ -88,8 +89,9 @@ def ack_first_commands(dev: str, rate_bps: int, queue_bytes: int) -> list[str]:
     ``queue_bytes``, both borrowing up to the link's rate. No prio qdisc on
     this kernel (docs/platform.md): HTB serves the lower prio first when
     both borrow. Filters on the root: short TCP to 5:10, the rest to 5:20."""
-    if rate_bps <= 0 or queue_bytes <= 0:
-        raise BackendError(f"port {dev}: ACKs first needs rate > 0 and queue_bytes > 0")
+    if not (finite_number(rate_bps) and finite_number(queue_bytes) and rate_bps > 0 and queue_bytes > 0):
+        raise BackendError(f"port {dev}: ACKs first needs a finite rate > 0 and queue_bytes > 0, "
+                           f"not {rate_bps!r}, {queue_bytes!r}")
     ack = max(8000, int(rate_bps * ACK_BAND_FRACTION))
     return [f"class add dev {dev} parent 5:1 classid 5:10 htb rate {ack}bit ceil {int(rate_bps)}bit prio 0",
             f"class add dev {dev} parent 5:1 classid 5:20 htb rate {int(rate_bps) - ack}bit "

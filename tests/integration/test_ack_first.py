@@ -133,7 +133,8 @@ def test_acks_pass_a_full_port_only_with_ack_first(port):
 
 def test_ack_first_commands_refuse_a_port_without_rate_or_queue():
     from mininet_topos.queues import BackendError
-    for rate, queue in ((0, QUEUE), (RATE, 0), (-1, QUEUE)):
+    for rate, queue in ((0, QUEUE), (RATE, 0), (-1, QUEUE), (float("nan"), QUEUE), (float("inf"), QUEUE),
+                        (RATE, float("nan")), (True, QUEUE), ("10", QUEUE)):
         with pytest.raises(BackendError, match="ACKs first"):
             ack_first_commands("x", rate, queue)
     cmds = ack_first_commands("p0", RATE, QUEUE)
