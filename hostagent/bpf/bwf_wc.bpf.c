@@ -102,7 +102,7 @@ struct {
 #define TCP_INFINITE_SSTHRESH	0x7fffffff
 /* include/net/tcp.h: the receiver echoes ECE while this is set */
 #define TCP_ECN_DEMAND_CWR	0x4
-#define MAX_EXTRA_CUTS		3
+#define MAX_DEBT_MARKS		8	/* further marks one reduction may owe for */
 /* include/net/tcp.h: ECT on every packet, retransmissions included (DCTCP's flag) */
 #define TCP_CONG_NEEDS_ECN	0x2
 /* no real window or threshold comes near this (16 M segments = 23 GB) */
@@ -117,6 +117,8 @@ struct bwf_ca {
 	__u32 ce_at_cut;	/* sender: delivered_ce when the current reduction began */
 	__u32 delivered_at_cut;	/* sender: delivered then */
 	__u32 cut_armed;	/* sender: a reduction is under way */
+	__u32 cwnd_at_cut;	/* sender: the window the current reduction began from */
+	__u64 debt;		/* sender: segments of growth still owed to marks (x ALPHA_SCALE) */
 	__u32 prior_rcv_nxt;	/* receiver: rcv_nxt before the last data segment */
 	__u32 ce_state;		/* receiver: the last data segment was CE-marked */
 };
@@ -231,6 +233,8 @@ void BPF_PROG(bwf_init, struct sock *sk)
 	ca->ce_at_cut = 0;
 	ca->delivered_at_cut = 0;
 	ca->cut_armed = 0;
+	ca->cwnd_at_cut = 0;
+	ca->debt = 0;
 	ca->prior_rcv_nxt = tcp_sk_of(sk)->rcv_nxt;
 	ca->ce_state = 0;
 }
@@ -287,6 +291,12 @@ void BPF_PROG(bwf_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	if (acc >= w) {
 		inc = acc / w;
 		acc -= inc * w;
+		if (ca->debt) {		/* growth owed to marks: paid first */
+			__u64 pay = inc * ALPHA_SCALE < ca->debt ? inc * ALPHA_SCALE : ca->debt;
+
+			ca->debt -= pay;
+			inc -= pay / ALPHA_SCALE;
+		}
 		cwnd = tp->snd_cwnd + inc;
 		tp->snd_cwnd = cwnd < tp->snd_cwnd_clamp ? cwnd : tp->snd_cwnd_clamp;
 	}
@@ -301,6 +311,7 @@ __u32 BPF_PROG(bwf_ssthresh, struct sock *sk)
 	ca->acc = 0;		/* the window is cut: counting starts afresh */
 	ca->ce_at_cut = tcp_sk_of(sk)->delivered_ce;	/* this cut answers the marks so far */
 	ca->delivered_at_cut = tcp_sk_of(sk)->delivered;
+	ca->cwnd_at_cut = tcp_sk_of(sk)->snd_cwnd;
 	ca->cut_armed = 1;
 	return tcp_reno_ssthresh(sk);
 }
@@ -349,7 +360,8 @@ static __always_inline void cut_per_mark(struct sock *sk)
 {
 	struct tcp_sock *tp = tcp_sk_of(sk);
 	struct bwf_ca *ca = ca_of(sk);
-	__u32 extra, delivered, cwnd;
+	__u32 extra, delivered;
+	__u64 owed, cap;
 
 	if (!ca->cut_armed)
 		return;
@@ -361,18 +373,21 @@ static __always_inline void cut_per_mark(struct sock *sk)
 	/* Half of the reduction's segments or more echoed: a receiver that
 	 * latches its echo until the sender's CWR (RFC 3168, not this program)
 	 * -- the count is not of marks. Reno's one cut stays. */
-	if (2 * extra >= delivered)
+	if (2 * extra >= delivered || ca->cwnd_at_cut >= SANE_MAX)
 		return;
-	if (extra > MAX_EXTRA_CUTS) {
-		extra = MAX_EXTRA_CUTS;
+	/* each further mark costs half the window the reduction began from,
+	 * taken from the growth to come (the fluid model Eq. 7 rests on: a
+	 * mark removes W/2), not by halving again: halvings compound (k marks
+	 * cut W to W/2^k, not by k W/2) and saturate at the cap, so a subflow
+	 * meeting many marks a round trip -- the one with the larger window --
+	 * was under-cut */
+	if (extra > MAX_DEBT_MARKS) {
+		extra = MAX_DEBT_MARKS;
 		bump(&bwf_wcmarks, 2, 1);
 	}
-	cwnd = tp->snd_cwnd >> extra;
-	if (cwnd < 2)
-		cwnd = 2;
-	tp->snd_cwnd = cwnd;
-	tp->snd_ssthresh = cwnd;
-	ca->acc = 0;
+	owed = (__u64)extra * ca->cwnd_at_cut * ALPHA_SCALE / 2 + ca->debt;
+	cap = (__u64)MAX_DEBT_MARKS * ca->cwnd_at_cut * ALPHA_SCALE / 2;
+	ca->debt = owed < cap ? owed : cap;
 	bump(&bwf_wcmarks, 0, 1);
 	bump(&bwf_wcmarks, 1, extra);
 }
