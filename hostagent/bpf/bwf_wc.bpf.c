@@ -103,6 +103,7 @@ struct {
 /* include/net/tcp.h: the receiver echoes ECE while this is set */
 #define TCP_ECN_DEMAND_CWR	0x4
 #define MAX_DEBT_MARKS		8	/* further marks one reduction may owe for */
+#define DEBT_DIV		4	/* a further mark owes W / DEBT_DIV of growth */
 /* include/net/tcp.h: ECT on every packet, retransmissions included (DCTCP's flag) */
 #define TCP_CONG_NEEDS_ECN	0x2
 /* no real window or threshold comes near this (16 M segments = 23 GB) */
@@ -385,8 +386,8 @@ static __always_inline void cut_per_mark(struct sock *sk)
 		extra = MAX_DEBT_MARKS;
 		bump(&bwf_wcmarks, 2, 1);
 	}
-	owed = (__u64)extra * ca->cwnd_at_cut * ALPHA_SCALE / 2 + ca->debt;
-	cap = (__u64)MAX_DEBT_MARKS * ca->cwnd_at_cut * ALPHA_SCALE / 2;
+	owed = (__u64)extra * ca->cwnd_at_cut * ALPHA_SCALE / DEBT_DIV + ca->debt;
+	cap = (__u64)MAX_DEBT_MARKS * ca->cwnd_at_cut * ALPHA_SCALE / DEBT_DIV;
 	ca->debt = owed < cap ? owed : cap;
 	bump(&bwf_wcmarks, 0, 1);
 	bump(&bwf_wcmarks, 1, extra);
