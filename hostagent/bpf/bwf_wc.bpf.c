@@ -103,7 +103,7 @@ struct {
 /* include/net/tcp.h: the receiver echoes ECE while this is set */
 #define TCP_ECN_DEMAND_CWR	0x4
 #define MAX_DEBT_MARKS		8	/* further marks one reduction may owe for */
-#define DEBT_DIV		4	/* a further mark owes W / DEBT_DIV of growth */
+#define DEBT_DIV		8	/* a further mark owes W / DEBT_DIV of growth */
 /* include/net/tcp.h: ECT on every packet, retransmissions included (DCTCP's flag) */
 #define TCP_CONG_NEEDS_ECN	0x2
 /* no real window or threshold comes near this (16 M segments = 23 GB) */
