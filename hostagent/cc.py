@@ -6,8 +6,8 @@
   (every packet ECN-capable, retransmissions included); its maps
   bwf_alevel (A_l per VM, written by agents), bwf_kcount (K per VM, kept
   by the CC itself), bwf_wcfix (corrupt thresholds/windows it repaired,
-  see the source) and bwf_wcmarks (reductions cut again for further ECN
-  marks, see the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace
+  see the source) and bwf_wcmarks (growth owed for further ECN marks, see
+  the source) are pinned under /run/bwfabric/bpf, with bwf_bgpace
   (BG's pacing ceilings per VM, written by agents, read by bwf_sockops)
   and bwf_bgcount (each VM's established BG subflows, kept by bwf_sockops),
   both created on their own: no bwf_wc program uses them, so they would not
@@ -42,8 +42,8 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
 BPFFS = Path("/run/bwfabric/bpf")
 PIN_SOCKOPS = BPFFS / "bwf_sockops"
 FIX_MAP = "bwf_wcfix"   # [0] thresholds, [1] windows repaired, [2] of those with a runaway pacing rate, [3] ACKs at the ceiling
-MARKS_MAP = "bwf_wcmarks"   # [0] reductions with more than one mark, [1] extra halvings, [2] capped,
-                             # [3] reductions that became loss recoveries (no per-mark cut)
+MARKS_MAP = "bwf_wcmarks"   # [0] reductions with more than one mark, [1] further marks owed for, [2] capped,
+                             # [3] reductions that became loss recoveries (nothing owed), [4] growth withheld
 MAPS = ("bwf_alevel", "bwf_kcount", FIX_MAP, MARKS_MAP)
 # created here, reused by bwf_sockops when it is loaded (its own definition must match)
 PACE_MAP = "bwf_bgpace"
@@ -351,18 +351,19 @@ def repairs() -> dict[str, int]:
     return _counters(FIX_MAP, ("ssthresh", "cwnd", "runaway_pace", "at_ceiling"))
 
 
-def mark_cuts() -> dict[str, int]:
-    """How often bwf_wc_ecn cut a window again, at the end of a reduction,
-    for the ECN marks it met beyond the first (bwf_wcmarks): reductions,
-    halvings in all, reductions that met more marks than the cap, and
-    reductions that became loss recoveries (never cut per mark)."""
-    return _counters(MARKS_MAP, ("reductions", "halvings", "capped", "loss_disarmed"))
+def mark_debts() -> dict[str, int]:
+    """What bwf_wc_ecn owed for the ECN marks it met during a reduction
+    beyond the first (bwf_wcmarks): reductions that met more than one,
+    further marks owed for in all, reductions that met more marks than the
+    cap, reductions that became loss recoveries (nothing owed), and the
+    segments of window growth withheld to pay."""
+    return _counters(MARKS_MAP, ("reductions", "marks_owed", "capped", "loss_disarmed", "growth_withheld"))
 
 
 if __name__ == "__main__":
     import sys
     actions = {"load": load, "unload": unload, "status": status, "build": build, "repairs": repairs,
-               "mark_cuts": mark_cuts}
+               "mark_debts": mark_debts}
     if len(sys.argv) != 2 or sys.argv[1] not in actions:
         print(f"usage: python -m hostagent.cc {{{','.join(actions)}}}", file=sys.stderr)
         sys.exit(2)

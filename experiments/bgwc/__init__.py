@@ -108,7 +108,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
         bench = Bench(fab, cfg, api, unmanaged=unmanaged)
         report["warnings"] = list(fab.warnings)
         drops_before = ovs.packet_socket_drops() or 0
-        fixes_before, cuts_before = cc.repairs(), cc.mark_cuts()
+        fixes_before, cuts_before = cc.repairs(), cc.mark_debts()
         ktrace_path = out_dir / "ktrace.txt.gz"
         with (ktrace.KernelTrace(ktrace_path) if cfg.ktrace else contextlib.nullcontext()):
             report.update(KIND_RUNNERS[cfg.kind](bench))
@@ -116,7 +116,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
         # corrupt WC thresholds/windows bwf_wc put right (see its source)
         report["wc_cc_repairs"] = {k: v - fixes_before[k] for k, v in cc.repairs().items()}
         # WC windows cut again for ECN marks beyond a reduction's first
-        report["wc_mark_cuts"] = {k: v - cuts_before[k] for k, v in cc.mark_cuts().items()}
+        report["wc_mark_debts"] = {k: v - cuts_before[k] for k, v in cc.mark_debts().items()}
         # packets the emulator itself lost (OVS did not read a port in time):
         # every class alike, so a run with any is not a faithful one
         report["emulator_drops"] = (ovs.packet_socket_drops() or 0) - drops_before

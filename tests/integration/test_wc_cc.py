@@ -187,11 +187,11 @@ def _acks_per_segment(before: tuple[int, int], after: tuple[int, int]) -> float:
     return (after[1] - before[1]) / max(1, after[0] - before[0])
 
 
-def test_random_early_drop_drops_or_marks_wc_early_and_cuts_once_per_mark(bottleneck):
+def test_random_early_drop_drops_or_marks_wc_early_and_every_mark_is_answered(bottleneck):
     """With bwf_aqm on the bottleneck, WC (ToS 0x20) packets are dropped at
     random before the FIFO fills (or, ECN-capable, marked and never
-    dropped), and bwf_wc_ecn cuts once per mark with an exact echo and not
-    for a latched one -- the regime Eq. 7 assumes, where the alpha 1 vs 1/4
+    dropped), and bwf_wc_ecn owes growth for every further mark with an
+    exact echo (and pays it) and not for a latched one -- the regime Eq. 7 assumes, where the alpha 1 vs 1/4
     pair shares about sqrt(4) = 2 : 1 (printed: a figure).
 
     The FIFO is deepened to AQM_BUF for this test: with no propagation delay
@@ -238,36 +238,38 @@ def test_random_early_drop_drops_or_marks_wc_early_and_cuts_once_per_mark(bottle
         assert dropped == 0
         # The receiver above latches its echo (RFC 3168): bwf_wc_ecn must
         # not take that for marks -- Reno's one cut per reduction.
-        cuts_before, segs_before = cc.mark_cuts(), _tcp_segs(rcv)
+        cuts_before, segs_before = cc.mark_debts(), _tcp_segs(rcv)
         latched, _ = _shares(bottleneck, (1.0, 0.5), tos=0x20, cc_name="bwf_wc_ecn")
-        cuts_after = cc.mark_cuts()
-        cuts_latched = cuts_after["halvings"] - cuts_before["halvings"]
+        cuts_after = cc.mark_debts()
+        cuts_latched = cuts_after["marks_owed"] - cuts_before["marks_owed"]
         disarmed_latched = cuts_after["loss_disarmed"] - cuts_before["loss_disarmed"]
         acks_latched = _acks_per_segment(segs_before, _tcp_segs(rcv))
         # Both ends bwf_wc_ecn, as between two bwfabric hosts: the receiver
-        # echoes each mark, the sender cuts once per mark.
-        cuts_before, segs_before = cc.mark_cuts(), _tcp_segs(rcv)
+        # echoes each mark, the sender owes growth for each mark beyond a reduction's first.
+        cuts_before, segs_before = cc.mark_debts(), _tcp_segs(rcv)
         exact = [_shares(bottleneck, a, tos=0x20, cc_name="bwf_wc_ecn", rx_cc="bwf_wc_ecn")[0]
                  for a in ((1.0, 0.5), (0.5, 1.0))]
-        cuts = {k: v - cuts_before[k] for k, v in cc.mark_cuts().items()}
+        cuts = {k: v - cuts_before[k] for k, v in cc.mark_debts().items()}
         acks_exact = _acks_per_segment(segs_before, _tcp_segs(rcv))
         exact_ratios = [exact[0][0] / exact[0][1], exact[1][1] / exact[1][0]]
-        print(f"ECN, latched echo: 1 vs 1/4 {latched}, {cuts_latched} extra halvings, {disarmed_latched} "
+        print(f"ECN, latched echo: 1 vs 1/4 {latched}, {cuts_latched} marks owed for, {disarmed_latched} "
               "reductions turned loss recoveries, "
               f"{acks_latched:.2f} ACKs per segment; exact echo: {exact}, ratios {exact_ratios}, {cuts}, "
               f"{acks_exact:.2f} ACKs per segment")
         # bwf_wc_ecn's receiver ACKs every data segment (no delayed ACK holds
         # a small window's slot); the kernel's own receiver, one per two
         assert acks_exact > 0.9 and acks_latched < 0.75
-        assert cuts["reductions"] > 0 and cuts["halvings"] >= cuts["reductions"]
+        assert cuts["reductions"] > 0 and cuts["marks_owed"] >= cuts["reductions"]
+        # ...and pays it: window growth withheld (a debt never paid would leave this 0)
+        assert cuts["growth_withheld"] > 0
         print(f"square-root shares (figures, not asserted): drop {_sqrt_mean([first[0] / first[1], second[1] / second[0]]):.2f}, "
               f"exact echo {_sqrt_mean(exact_ratios):.2f} (Eq. 7 under random drops or marks: about 2, not 4)")
         if cuts_latched:
             # A KNOWN BUG, not a pass: bwf_wc_ecn's latched-echo detection (half or more of a reduction's
             # segments echoed) misses some reductions against the kernel's latching receiver -- 35 and 47
-            # extra halvings in about 1 run in 6 (2026-11-26), every other run 0. Reported as xfail, last,
+            # extra halvings (as they were then) in about 1 run in 6 (2026-11-26), every other run 0. Reported as xfail, last,
             # so everything above is still asserted; the cause is open (see the closing note of issue #31).
-            pytest.xfail(f"known bug: {cuts_latched} extra halvings against a latching receiver "
+            pytest.xfail(f"known bug: {cuts_latched} marks owed for against a latching receiver "
                          f"({disarmed_latched} reductions turned loss recoveries)")
     finally:
         ns(bottleneck[0], "sysctl", "-qw", "net.ipv4.tcp_ecn=2")
