@@ -132,7 +132,8 @@ class VmEndpoint:
 
 class Fabric:
     def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None,
-                 wc_aqm: bool = True, delays: dict | None = None, vms: tuple = (), ack_first: bool = False):
+                 wc_aqm: bool = True, delays: dict | None = None, vms: tuple = (), ack_first: bool = False,
+                 early_drop: bool = False):
         """``queues``: None, or a BG/WC queue back-end for every switch port
         (``tc`` on userspace OVS; see mininet_topos.queues); ``wc_aqm``:
         random early drop of WC packets on those ports (tc back-end);
@@ -143,7 +144,10 @@ class Fabric:
         their own behind their servers' NICs (their servers need a
         vm_prefix; issue #32 §4); ``ack_first``: every switch port without
         BG/WC classes serves TCP packets without payload first
-        (:func:`mininet_topos.queues.ack_first_commands`)."""
+        (:func:`mininet_topos.queues.ack_first_commands`); ``early_drop``:
+        every such port drops (ECN-capable: marks) packets of any class at
+        random before its FIFO is full, ACKs never (bwf_aqm with
+        ``every_class``; RED's thresholds at 1/3 and 2/3 of the FIFO)."""
         self.topo = topo
         self.vms = tuple(vms)
         for spec in self.vms:
@@ -157,6 +161,8 @@ class Fabric:
         self.queues = queues
         self.wc_aqm = wc_aqm
         self.ack_first = ack_first
+        self.early_drop = early_drop
+        self._aqm_loaded_here = False
         self._backend = None
         self.net = None
         self.warnings: list[str] = []
@@ -227,6 +233,10 @@ class Fabric:
                 if self._backend is not None:
                     self._backend.close()
                     self._backend = None
+                if self._aqm_loaded_here:
+                    from mininet_topos.queues import aqm
+                    aqm.unload()
+                    self._aqm_loaded_here = False
 
     def __enter__(self) -> "Fabric":
         return self.start()
@@ -243,6 +253,7 @@ class Fabric:
             rate[(lk.a, lk.a_port)] = rate[(lk.b, lk.b_port)] = lk.capacity_mbps * 1e6
         switches = {sw.name for sw in self.topo.switches}
         delay_nodes = set(self.net.topo.delay_nodes.values())
+        early: list[tuple[str, float, int]] = []
         for link in self.net.links:
             for intf in (link.intf1, link.intf2):
                 node = intf.node
@@ -258,6 +269,8 @@ class Fabric:
                 if self.ack_first and qbytes and node.name in switches and not self.queues:
                     from mininet_topos.queues import ack_first_commands
                     cmds += [f"tc {c}" for c in ack_first_commands(intf.name, rate[(node.name, port)], qbytes)]
+                if self.early_drop and qbytes and node.name in switches and not self.queues:
+                    early.append((intf.name, rate[(node.name, port)], qbytes))
                 if node.name not in switches:
                     cmds.append(rps_command(intf.name))
                 out = node.cmd(" ; ".join(f"{c} >/dev/null 2>&1 || echo FAILED: {c}" for c in cmds))
@@ -266,6 +279,13 @@ class Fabric:
                 if node.name in switches:
                     subprocess.run(["ovs-vsctl", "set", "interface", intf.name,
                                     f"mtu_request={mtu}"], check=True, capture_output=True)
+        if early:
+            from mininet_topos.queues import aqm
+            if not aqm.loaded():
+                self._aqm_loaded_here = True
+            aqm.load()      # idempotent; replaces a classifier of an older build
+            for dev, rate_bps, qbytes in early:
+                aqm.attach(dev, rate_bps, aqm.AqmParams.for_queue(qbytes, every_class=True))
         if allow_congestion_control(HOST_TCP_DEFAULTS["net.ipv4.tcp_congestion_control"]):
             self.warnings.append("added cubic to net.ipv4.tcp_allowed_congestion_control (the hosts' default)")
         for host in self.net.hosts:

@@ -53,6 +53,10 @@ class Config:
     # the emulated switches serve TCP packets without payload first (mininet_topos.queues.ack_first_commands):
     # what bwfabric's agents do with prio queues (every ACK BG), for fabrics that run LESSOR alone
     ack_first: bool = False
+    # every switch port drops data packets at random before its FIFO is full (RED's thresholds; ACKs never):
+    # bwf_aqm with every_class, as a switch's WRED would -- drop-tail losses fall on the flows with the
+    # fewest segments in flight (the intra-ToR flow of docs/results.md)
+    early_drop: bool = False
 
     def check(self) -> None:
         if self.topology not in builders.EVALUATION_FABRICS:
@@ -125,7 +129,7 @@ def run(cfg: Config, out_dir: Path) -> dict:
                + ((cfg.ws_duration + cfg.drain + 1) if cfg.workload else 0))
     report: dict = {"config": asdict(cfg), "topology": topo.name, "apps": {}, "warnings": []}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeRemainingColumn()) as prog, \
-            Fabric(topo, of_port=cfg.of_port, ack_first=cfg.ack_first) as fab:
+            Fabric(topo, of_port=cfg.of_port, ack_first=cfg.ack_first, early_drop=cfg.early_drop) as fab:
         report["warnings"] += fab.warnings
         task = prog.add_task("starting", total=per_app * len(cfg.apps))
         advance = lambda s: prog.advance(task, s)  # noqa: E731

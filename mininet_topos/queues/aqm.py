@@ -28,7 +28,7 @@ SOURCE = Path(__file__).with_name("bwf_aqm.bpf.c")
 PIN_PROG = cc.BPFFS / "bwf_aqm"
 PIN_MAPS = cc.BPFFS / "aqm"
 MAP = PIN_MAPS / "bwf_aqm_ports"
-# struct aqm_port: lock(4) pad(4) rate u64, min u32, max u32, max_p_ppm u32, pad u32, vq, last, seen, dropped,
+# struct aqm_port: lock(4) pad(4) rate u64, min u32, max u32, max_p_ppm u32, flags u32, vq, last, seen, dropped,
 # marked u64
 _VALUE = struct.Struct("<I4xQIIII5Q")
 
@@ -37,25 +37,33 @@ class AqmError(RuntimeError):
     pass
 
 
+EVERY_CLASS = 1      # bwf_aqm.bpf.c's AQM_EVERY_CLASS
+
+
 @dataclass(frozen=True)
 class AqmParams:
     min_bytes: int
     max_bytes: int
     max_p: float
+    # every IPv4 packet of 128 bytes or more meets the early drop, not only WC's (ACKs never):
+    # for fabrics without BG/WC classes
+    every_class: bool = False
 
     def __post_init__(self):
         if not 0 < self.min_bytes < self.max_bytes or not 0 < self.max_p <= 1:
             raise AqmError(f"AQM: need 0 < min ({self.min_bytes}) < max ({self.max_bytes}) and 0 < max_p "
                            f"({self.max_p}) <= 1")
+        if not isinstance(self.every_class, bool):
+            raise AqmError(f"AQM: every_class must be true or false, not {self.every_class!r}")
 
     @classmethod
-    def for_queue(cls, queue_bytes: int, max_p: float = 0.1) -> "AqmParams":
+    def for_queue(cls, queue_bytes: int, max_p: float = 0.1, every_class: bool = False) -> "AqmParams":
         """Thresholds at 1/3 and 2/3 of a FIFO of ``queue_bytes``: marks
         and drops start well before the tail drops, and late enough that a
         lone flow halving its window still keeps the port busy (at RED's
         usual 1/6 and 1/2 a lone WC subflow left 20 % of the link idle:
         bgwc-sched 0.80 vs 0.91 used)."""
-        return cls(max(3000, queue_bytes // 3), max(6000, 2 * queue_bytes // 3), max_p)
+        return cls(max(3000, queue_bytes // 3), max(6000, 2 * queue_bytes // 3), max_p, every_class)
 
 
 def _run(cmd: list[str]) -> str:
@@ -127,8 +135,8 @@ def attach(dev: str, rate_bps: float, params: AqmParams, netns: str | None = Non
     if not loaded():
         raise AqmError("AQM: not loaded (mininet_topos.queues.aqm.load())")
     key = struct.pack("<I", _ifindex(dev, netns))
-    value = _VALUE.pack(0, int(rate_bps), params.min_bytes, params.max_bytes, int(params.max_p * 1e6), 0,
-                        0, 0, 0, 0, 0)
+    value = _VALUE.pack(0, int(rate_bps), params.min_bytes, params.max_bytes, int(params.max_p * 1e6),
+                        EVERY_CLASS if params.every_class else 0, 0, 0, 0, 0, 0)
     _run(["bpftool", "map", "update", "pinned", str(MAP), "key", "hex", *_hex(key), "value", "hex", *_hex(value)])
     _run([*_ns(netns), "tc", "qdisc", "replace", "dev", dev, "clsact"])
     _run([*_ns(netns), "tc", "filter", "replace", "dev", dev, "egress", "pref", "1", "handle", "1", "bpf", "da",

@@ -21,6 +21,9 @@
  * with it: BG 0.85 of its guarantee, 0.83-0.98 in five with this). Not
  * better, so the simpler one stays.
  *
+ * A port with AQM_EVERY_CLASS treats every IPv4 packet of 128 bytes or more
+ * so (ACKs never): a fabric without BG/WC classes.
+ *
  * Ports are configured in bwf_aqm_ports (key: ifindex) by user space.
  */
 #include "vmlinux.h"
@@ -38,6 +41,11 @@ char _license[] SEC("license") = "GPL";
 #endif
 #define PPM 1000000ULL
 #define MAX_GAP_NS 100000000ULL	/* drain at most 100 ms at once */
+/* every IPv4 packet of ACK_MAX_BYTES or more meets the early drop, whatever
+ * its class: a fabric without BG/WC classes (the routing comparisons), where
+ * drop-tail losses fall on the flows with the fewest segments in flight */
+#define AQM_EVERY_CLASS 1
+#define ACK_MAX_BYTES 128	/* IP total length: shorter packets (ACKs) never dropped */
 
 struct aqm_port {
 	struct bpf_spin_lock lock;
@@ -45,7 +53,7 @@ struct aqm_port {
 	__u32 min_bytes;	/* config */
 	__u32 max_bytes;	/* config */
 	__u32 max_p_ppm;	/* config: drop probability at max_bytes, per million */
-	__u32 pad;
+	__u32 flags;		/* config: AQM_EVERY_CLASS */
 	__u64 vq_bytes;		/* state */
 	__u64 last_ns;		/* state */
 	__u64 wc_seen;		/* counters */
@@ -90,7 +98,9 @@ int bwf_aqm(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if ((void *)(eth + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP)) {
 		ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) <= data_end && (ip->tos & TOS_MASK) == TOS_WC) {
+		if ((void *)(ip + 1) <= data_end &&
+		    ((ip->tos & TOS_MASK) == TOS_WC ||
+		     ((p->flags & AQM_EVERY_CLASS) && bpf_ntohs(ip->tot_len) >= ACK_MAX_BYTES))) {
 			wc = 1;
 			ect = (ip->tos & 3) != 0;
 		}
