@@ -8,6 +8,7 @@
   layers have equal uplinks.
 """
 
+import dataclasses
 import itertools
 import random
 
@@ -96,8 +97,27 @@ def test_every_rejection_names_the_cut_and_the_numbers():
 
 
 def test_cuts_of_a_fat_tree():
-    kinds = [c.kind for c in admission.cuts(builders.fattree(k=4, link_mbps=10))]
+    topo = builders.fattree(k=4, link_mbps=10)
+    cuts = admission.cuts(topo)
+    kinds = [c.kind for c in cuts]
     assert kinds.count("host") == 16 and kinds.count("tor") == 8 and kinds.count("pod") == 4
+    # a pod's cut is its aggregation switches' links to the core -- 2 x 2 of 10 Mb/s -- and none of the
+    # links inside the pod (edge--aggregation): 40 Mb/s, not 120 (issue #33's surviving mutant)
+    roles = {sw.name: sw.role for sw in topo.switches}
+    for pod in (c for c in cuts if c.kind == "pod"):
+        assert len(pod.links) == 4 and pod.capacity_mbps == 40.0, pod
+        assert all({roles[u], roles[v]} == {"aggregation", "core"} for u, v in pod.links), pod.links
+        assert len(pod.hosts) == 4
+    # and admission binds on it once the core is over-subscribed (2.5 Mb/s core links: a pod's cut 10):
+    # 4 hosts of a pod owed 3 Mb/s each to as much beyond cross 12 > 0.9 x 10; counted with the pod's
+    # inside links (30 Mb/s) they would pass
+    thin = TopologyDescription(topo.name, topo.switches, topo.hosts, [
+        dataclasses.replace(lk, capacity_mbps=2.5) if {roles.get(lk.a), roles.get(lk.b)} == {"aggregation", "core"}
+        else lk for lk in topo.links])
+    pod0 = sorted(next(c for c in admission.cuts(thin) if c.kind == "pod").hosts)
+    beyond = [h.name for h in topo.hosts if h.name not in pod0][:4]
+    msgs = admission.rejections(thin, {h: 3.0 for h in pod0 + beyond}, 0.9)
+    assert any(m.startswith("pod ") and "12 Mb/s" in m for m in msgs), msgs
 
 
 def test_a_tree_is_checked_link_by_link():
