@@ -114,3 +114,29 @@ def test_shutdown_waits_for_an_apply_in_progress_and_nothing_is_put_in_force_aft
     assert reply["ok"] is False and "shutting down" in reply["error"], reply
     assert len(ex.applied) == 1 and ex.torn_down == 1
     assert a.lrc_round(entries=[]) == "idle" and a.refresh_buffer("") is False
+
+
+def test_an_older_version_of_the_generation_in_force_is_refused_and_changes_nothing(tmp_path):
+    a = _agent(tmp_path)
+    assert _ask(a, "config", {"generation": 3, "version": 5, "config": None})["ok"]
+    reply = _ask(a, "config", {"generation": 3, "version": 4, "config": None})
+    assert reply["ok"] is False and "version 4 refused" in reply["error"] and "version 5" in reply["error"], reply
+    assert (a.generation, a.version) == (3, 5)
+    # the same version again (a controller resending after a reconnect) and a newer one pass
+    assert _ask(a, "config", {"generation": 3, "version": 5, "config": None})["ok"]
+    assert _ask(a, "config", {"generation": 3, "version": 6, "config": None})["ok"]
+    assert (a.generation, a.version) == (3, 6)
+    # a newer generation starts its versions afresh
+    assert _ask(a, "config", {"generation": 4, "version": 1, "config": None})["ok"]
+
+
+def test_a_restarted_agent_still_refuses_the_generations_before_the_one_it_followed(tmp_path):
+    a = _agent(tmp_path)
+    assert _ask(a, "config", {"generation": 7, "version": 2, "config": None})["ok"]
+    again = _agent(tmp_path)                         # a restart: nothing in force yet, the file read back
+    reply = _ask(again, "config", {"generation": 6, "version": 9, "config": None})
+    assert reply["ok"] is False and "generation 6 refused" in reply["error"], reply
+    assert reply["max_generation"] == 7
+    reply = _ask(again, "rates", {"generation": 6, "factors": {}})
+    assert reply["ok"] is False and "follows generation 7" in reply["error"], reply
+    assert _ask(again, "config", {"generation": 7, "version": 1, "config": None})["ok"]
