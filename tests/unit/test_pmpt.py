@@ -60,6 +60,10 @@ def test_feasible_near_optimal_and_certified(topo, seed, n, eps):
     # (1 - 3 eps)-approximation, and the dual certificate really bounds the optimum
     assert a.lam >= (1 - 3 * eps) * lp.lam
     assert a.upper_bound >= lp.lam * (1 - 1e-6)
+    # stopped by its certificate: within (1 - eps) of its own dual bound, so of the optimum
+    if a.stopped_by == "certified gap":
+        assert a.lam >= (1 - eps) * a.upper_bound * (1 - 1e-9)
+        assert a.lam >= (1 - eps) * lp.lam * (1 - 1e-6)
     assert a.lam <= lp.lam * (1 + 1e-6)
     # one path per flow, from its candidates; its lambda cannot beat the LP
     for f in fabric:
