@@ -37,6 +37,18 @@ def test_a_reset_counter_or_a_repeated_reply_gives_no_sample():
     assert p.link_loads()[("e0_0", "a0_0")] == pytest.approx(500 * 8 / 1.0)
 
 
+def test_a_reset_receive_counter_gives_no_sample_of_the_hosts_direction():
+    """A host port's rx counter going back (the port reset; tx alone may
+    not show it) must not read as negative load, -40 Mb/s or so."""
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(H1_PORT, 1000, 5_000_000, 10, 0)], now=0.0)
+    p.record("e0_0", [(H1_PORT, 2000, 0, 11, 0)], now=1.0)
+    assert ("h1", "e0_0") not in p.link_loads()
+    assert all(v >= 0 for v in p.link_loads().values())
+    p.record("e0_0", [(H1_PORT, 3000, 125_000, 12, 0)], now=2.0)
+    assert p.link_loads()[("h1", "e0_0")] == pytest.approx(1e6)
+
+
 def test_a_switch_without_durations_uses_the_controllers_clock():
     p = PortLoads(VIEW)
     p.record("e0_0", [(UP, 0, 0, 0xFFFFFFFF, 0)], now=10.0)
