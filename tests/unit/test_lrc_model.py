@@ -166,6 +166,24 @@ def test_seed_resumes_within_bounds():
         lf.seed("Q", 1.0)
 
 
+def test_seed_floor_is_a_share_of_the_links_pairs_together():
+    """r_l never below factor_floor x muC / (sum of the weights) -- not over
+    the smallest weight, which would put the floor 3 times higher here."""
+    lf = LinkFactors(params(factor_floor=0.01), {"L": 1000.0})
+    lf.set_pairs({"A": PairPath(1, 0, frozenset({"L"})), "B": PairPath(2, 0, frozenset({"L"}))})
+    lf.seed("L", 1e-9)
+    assert lf.r["L"] == pytest.approx(0.01 * 900 / 3)
+
+
+def test_a_hosts_pair_rate_never_climbs_above_its_nic():
+    host = PairRates(params(), nic_mbps=100.0)
+    host.set_terms({"p": (1e6, 1.0, 10.0)}, now=0.0)          # a factor far above anything the NIC carries
+    for i in range(200):
+        host.step(now=i * 0.01)
+    assert host.pairs["p"].v == pytest.approx(100.0)
+    assert host.limit("p", now=2.0) == pytest.approx(100.0)
+
+
 def test_link_factors_refuse_unknown_links_and_bad_terms():
     lf = LinkFactors(params(), {"L": 1000.0})
     with pytest.raises(M.LrcError, match="without a capacity"):
