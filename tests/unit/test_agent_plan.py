@@ -437,3 +437,30 @@ def test_a_coupled_vm_keeps_the_kernels_send_buffer_shape():
         sysctls = {s.key: s.value for s in P.sysctl_plan(P.HostConfig.from_dict({**base, "mptcp_cc": kind}),
                                                          rcvbuf_bytes=500_000)}
         assert sysctls["net.ipv4.tcp_wmem"] == want(500_000), kind
+
+
+# ---- per-pair slots: a destination keeps its class and filter while it stays (issue #33's survivors) ----
+def test_pair_slots_keep_every_kept_destination_and_fill_the_lowest_free():
+    first = P.pair_slots(["10.0.0.9", "10.0.0.3", "10.0.0.5"])
+    assert first == {"10.0.0.3": 0, "10.0.0.5": 1, "10.0.0.9": 2}          # address order, from 0
+    # 10.0.0.5 leaves, 10.0.0.4 and 10.0.0.7 come: the others keep theirs, the new take slot 1, then 3
+    second = P.pair_slots(["10.0.0.3", "10.0.0.9", "10.0.0.7", "10.0.0.4"], first)
+    assert second == {"10.0.0.3": 0, "10.0.0.9": 2, "10.0.0.4": 1, "10.0.0.7": 3}
+    # kept slots as the kernel has them, whatever order they were given in
+    assert P.pair_slots(["10.0.0.3", "10.0.0.9"], {"10.0.0.9": 7, "10.0.0.3": 4}) == {"10.0.0.3": 4, "10.0.0.9": 7}
+
+
+def test_pair_slots_start_afresh_from_a_corrupt_read_back():
+    # two destinations in one slot, or a slot out of range: the read-back is not to be trusted
+    assert P.pair_slots(["10.0.0.3", "10.0.0.9"], {"10.0.0.3": 5, "10.0.0.9": 5}) == {"10.0.0.3": 0, "10.0.0.9": 1}
+    assert P.pair_slots(["10.0.0.3"], {"10.0.0.3": P.MAX_PAIRS}) == {"10.0.0.3": 0}
+    assert P.pair_slots(["10.0.0.3"], {"10.0.0.3": -1}) == {"10.0.0.3": 0}
+    with pytest.raises(P.PlanError, match=f"at most {P.MAX_PAIRS}"):
+        P.pair_slots([f"10.0.{i // 250}.{i % 250 + 1}" for i in range(P.MAX_PAIRS + 1)])
+
+
+def test_in_pair_slots_is_exactly_the_slot_range():
+    base = P.PAIR_CLASS_BASE
+    assert P.in_pair_slots(f"1:{base:x}", base) and P.in_pair_slots(f"1:{base + P.MAX_PAIRS - 1:x}", base)
+    assert not P.in_pair_slots(f"1:{base - 1:x}", base) and not P.in_pair_slots(f"1:{base + P.MAX_PAIRS:x}", base)
+    assert not P.in_pair_slots(f"2:{base:x}", base) and not P.in_pair_slots("1:zz", base)
