@@ -95,6 +95,23 @@ def test_ese_candidates_are_a_subflows_first_samples():
     assert m.closed_by_ese == []
 
 
+def test_ese_candidates_include_the_last_of_the_first_samples():
+    m = primed(MptcpD(candidates=3, confirm=1), {"a": 0.01, "b": 0.01})
+    m.on_ack("a", 0.014)                 # TRIG, reference a
+    m.on_ack("b", 0.010)                 # b's sample 2
+    m.on_ack("b", 0.0142)                # b's sample 3: still one of its first 3, matches: closed
+    assert m.closed_by_ese == ["b"]
+
+
+def test_ese_never_closes_the_connections_first_subflow_even_when_it_matches():
+    m = primed(MptcpD(confirm=1), {"a": 0.01, "b": 0.01, "c": 0.01})
+    m.on_ack("b", 0.014)                 # TRIG by b: b is the reference, a (added first) is not
+    m.on_ack("a", 0.0142)                # a matches the reference: it shares b's bottleneck...
+    assert m.closed_by_ese == [] and not m.subflows["a"].closed     # ...but it is the first subflow
+    m.on_ack("c", 0.0142)                # the same match on c closes it
+    assert m.closed_by_ese == ["c"]
+
+
 def test_lia_vm_ignores_a_descheduled_period():
     vm, plain = primed(LiaVm(), {"a": 0.001, "b": 0.001}), primed(Lia(), {"a": 0.001, "b": 0.001})
     # α = 20·(10/1e-6)/(2·10/0.001)² = 0.5; the ACK adds min(0.5/20, 0.1)
