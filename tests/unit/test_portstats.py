@@ -69,3 +69,44 @@ def test_garbage_in_a_reply_is_refused_and_never_stored(rows):
     p.record("e0_0", rows, now=2.0)
     for v in p.link_loads().values():
         assert isinstance(v, float) and 0 <= v < float("inf")
+
+
+def test_a_refused_row_leaves_the_rest_of_the_reply_read_and_is_counted():
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(UP, 0, 0, 10, 0), (H1_PORT, 0, 0, 10, 0)], now=0.0)
+    # a duration's nanoseconds of 10^9 or more is not a duration: that row alone is refused
+    p.record("e0_0", [(UP, 625_000, 0, 11, 10**9), (H1_PORT, 125_000, 250_000, 11, 0)], now=1.0)
+    assert ("e0_0", "a0_0") not in p.link_loads()
+    assert p.link_loads()[("e0_0", "h1")] == pytest.approx(1e6)
+    assert (p.replies, p.ports_parsed, p.refused) == (2, 4, 1)
+    # the largest nanoseconds a switch may send is taken
+    p.record("e0_0", [(UP, 1_250_000, 0, 12, 10**9 - 1)], now=2.0)
+    assert p.link_loads()[("e0_0", "a0_0")] == pytest.approx(1_250_000 * 8 / (3 - 1e-9), rel=1e-12)
+
+
+def test_an_idle_direction_reads_as_zero_not_as_no_sample():
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(H1_PORT, 5000, 0, 10, 0)], now=0.0)
+    p.record("e0_0", [(H1_PORT, 5000, 125_000, 11, 0)], now=1.0)    # nothing sent to h1, h1 sent 1 Mb/s
+    assert p.link_loads()[("e0_0", "h1")] == 0.0
+    assert p.link_loads()[("h1", "e0_0")] == pytest.approx(1e6)
+
+
+def test_counters_are_64_bit_and_every_refusal_counted():
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(UP, 2**64 - 1, 0, 10, 0), (H1_PORT, 2**64, 0, 10, 0), (H1_PORT, 0, -1, 10, 0)], now=0.0)
+    assert p.refused == 2 and p.tx_bytes == {("e0_0", UP): 2**64 - 1}
+    p.record("e0_0", [(UP, 0, 2**65, 10, 0)], now=1.0)
+    assert p.refused == 3
+
+
+def test_one_ports_reset_or_unknown_peer_leaves_the_other_ports_of_the_reply():
+    p = PortLoads(VIEW)
+    p.record("e0_0", [(UP, 1000, 0, 10, 0), (99, 0, 0, 10, 0), (H1_PORT, 0, 1_000_000, 10, 0)], now=0.0)
+    # UP reset (its counter went back), port 99 has no peer: h1's port still gives its samples
+    p.record("e0_0", [(UP, 10, 0, 11, 0), (99, 5, 5, 11, 0), (H1_PORT, 125_000, 1_250_000, 11, 0)], now=1.0)
+    loads = p.link_loads()
+    assert ("e0_0", "a0_0") not in loads
+    assert loads[("e0_0", "h1")] == pytest.approx(1e6)
+    assert loads[("h1", "e0_0")] == pytest.approx(250_000 * 8)          # the delta, not the total
+    assert p.tx_bytes[("e0_0", H1_PORT)] == 125_000
