@@ -281,9 +281,7 @@ class Fabric:
                                     f"mtu_request={mtu}"], check=True, capture_output=True)
         if early:
             from mininet_topos.queues import aqm
-            if not aqm.loaded():
-                self._aqm_loaded_here = True
-            aqm.load()      # idempotent; replaces a classifier of an older build
+            self._aqm_loaded_here = aqm.load()      # idempotent; replaces a classifier of an older build
             for dev, rate_bps, qbytes in early:
                 aqm.attach(dev, rate_bps, aqm.AqmParams.for_queue(qbytes, every_class=True))
         if allow_congestion_control(HOST_TCP_DEFAULTS["net.ipv4.tcp_congestion_control"]):

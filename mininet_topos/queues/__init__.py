@@ -119,9 +119,8 @@ class TcBackend:
         ex.apply(P.Plan(tuple(tc_plan(q))))
         if self.wc_aqm:
             from mininet_topos.queues import aqm
-            if not aqm.loaded():
-                self.loaded_aqm = True
-            aqm.load()      # idempotent; replaces a classifier of an older build
+            # idempotent; replaces a classifier of an older build
+            self.loaded_aqm = aqm.load() or self.loaded_aqm
             aqm.attach(q.port, q.rate_bps, aqm.AqmParams.for_queue(q.queue_bytes))
 
     def close(self) -> None:

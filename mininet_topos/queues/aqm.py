@@ -9,7 +9,7 @@ BG packets pass. One program is
 loaded per machine and pinned; every port gets its own entry (key: ifindex)
 in the pinned map ``bwf_aqm_ports``.
 
-    load()                              # once (idempotent)
+    owned = load()                      # once (idempotent); True: none was pinned before
     attach("sl-eth5", 100e6, AqmParams.for_queue(225000))
     stats("sl-eth5")                    # {"wc_seen": .., "wc_dropped": .., "wc_marked": ..}
     unload()                            # unpins (ports keep nothing once deleted)
@@ -90,18 +90,21 @@ def _stale() -> bool:
 STAMP = cc.BPFFS.parent / "aqm.build"    # beside the bpffs (it holds only BPF objects)
 
 
-def load() -> None:
+def load() -> bool:
     """Idempotent: loads and pins the classifier unless the one pinned is of
-    this very build (its object's hash) with this map layout."""
+    this very build (its object's hash) with this map layout. True when none
+    was pinned before: the caller owns it and unloads it when done."""
+    was = loaded()
     obj = cc.build({"bwf_aqm": SOURCE})["bwf_aqm"]
     stamp = cc.build_stamp(obj)
-    if loaded() and not _stale() and STAMP.exists() and STAMP.read_text() == stamp:
-        return
+    if was and not _stale() and STAMP.exists() and STAMP.read_text() == stamp:
+        return False
     unload()
     cc._mount_bpffs()
     PIN_MAPS.mkdir(parents=True, exist_ok=True)
     _run(["bpftool", "prog", "load", str(obj), str(PIN_PROG), "type", "classifier", "pinmaps", str(PIN_MAPS)])
     STAMP.write_text(stamp)
+    return not was
 
 
 def unload() -> None:

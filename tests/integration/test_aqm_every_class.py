@@ -49,8 +49,7 @@ def _ip_in(rcv: str) -> int:
 
 @pytest.fixture()
 def port():
-    was_loaded = aqm.loaded()
-    aqm.load()
+    was_loaded = not aqm.load()
     try:
         with veth_pair("aqmx", A, B) as pair:
             yield pair
@@ -91,3 +90,11 @@ def test_params_refuse_a_bad_probability_by_name(bad):
 def test_params_refuse_a_non_boolean_flag_by_name():
     with pytest.raises(aqm.AqmError, match="every_class"):
         aqm.AqmParams(3000, 6000, 0.1, every_class="yes")
+
+
+def test_the_classifiers_ack_length_is_the_ack_bands():
+    """One ACK: below the same IP length bwf_aqm never drops and ack_first's band serves first."""
+    import re
+    from mininet_topos.queues import ACK_MAX_IP_BYTES
+    defined = re.search(r"#define ACK_MAX_BYTES (\d+)", aqm.SOURCE.read_text())
+    assert defined and int(defined.group(1)) == ACK_MAX_IP_BYTES

@@ -200,8 +200,7 @@ def test_random_early_drop_drops_or_marks_wc_early_and_every_mark_is_answered(bo
     the shares (one run: 1/4 beat 1, 0.59 : 0.41)."""
     from mininet_topos.queues import aqm
     _, _, rtr, dev = bottleneck
-    was_loaded = aqm.loaded()
-    aqm.load()
+    was_loaded = not aqm.load()
     assert ns(rtr, "tc", "qdisc", "change", "dev", dev, "parent", "1:1", "handle", "10:", "bfifo", "limit",
               str(AQM_BUF)).returncode == 0
     try:
