@@ -133,7 +133,7 @@ class VmEndpoint:
 class Fabric:
     def __init__(self, topo: TopologyDescription, of_port: int = 6653, queues: str | None = None,
                  wc_aqm: bool = True, delays: dict | None = None, vms: tuple = (), ack_first: bool = False,
-                 early_drop: bool = False):
+                 early_drop: bool = False, host_tcp: dict[str, str] | None = None):
         """``queues``: None, or a BG/WC queue back-end for every switch port
         (``tc`` on userspace OVS; see mininet_topos.queues); ``wc_aqm``:
         random early drop of WC packets on those ports (tc back-end);
@@ -147,7 +147,9 @@ class Fabric:
         (:func:`mininet_topos.queues.ack_first_commands`); ``early_drop``:
         every such port drops (ECN-capable: marks) packets of any class at
         random before its FIFO is full, ACKs never (bwf_aqm with
-        ``every_class``; RED's thresholds at 1/3 and 2/3 of the FIFO)."""
+        ``every_class``; RED's thresholds at 1/3 and 2/3 of the FIFO);
+        ``host_tcp``: sysctls every host sets over :data:`HOST_TCP_DEFAULTS`
+        (e.g. ``{"net.ipv4.tcp_ecn": "1"}``: every host asks for ECN)."""
         self.topo = topo
         self.vms = tuple(vms)
         for spec in self.vms:
@@ -162,6 +164,10 @@ class Fabric:
         self.wc_aqm = wc_aqm
         self.ack_first = ack_first
         self.early_drop = early_drop
+        unknown = set(host_tcp or {}) - set(HOST_TCP_DEFAULTS)
+        if unknown:
+            raise FabricError(f"host_tcp: {', '.join(sorted(unknown))} not among {', '.join(HOST_TCP_DEFAULTS)}")
+        self.host_tcp = {**HOST_TCP_DEFAULTS, **(host_tcp or {})}
         self._aqm_loaded_here = False
         self._backend = None
         self.net = None
@@ -288,9 +294,10 @@ class Fabric:
             self.warnings.append("added cubic to net.ipv4.tcp_allowed_congestion_control (the hosts' default)")
         for host in self.net.hosts:
             if host.name not in delay_nodes:
-                out = host.cmd(f"{host_tcp_command()} >/dev/null 2>&1 || echo FAILED")
+                cmd = host_tcp_command(self.host_tcp)
+                out = host.cmd(f"{cmd} >/dev/null 2>&1 || echo FAILED")
                 if "FAILED" in out:
-                    raise FabricError(f"{host.name}: could not set its TCP defaults ({host_tcp_command()})")
+                    raise FabricError(f"{host.name}: could not set its TCP defaults ({cmd})")
 
     def _plug_vms(self) -> None:
         """Each VM's namespace, link and routes at its server; its TCP
@@ -300,7 +307,8 @@ class Fabric:
         for spec in self.vms:
             index = count[spec.host] = count.get(spec.host, -1) + 1
             vms.plug(self.host(spec.host).pid, f"{spec.host}-eth0", spec, index, self.topo.mtu)
-            res = subprocess.run(["ip", "netns", "exec", spec.netns, "sh", "-c", host_tcp_command()],
+            res = subprocess.run(["ip", "netns", "exec", spec.netns, "sh", "-c",
+                                  host_tcp_command(self.host_tcp)],
                                  capture_output=True, text=True)
             if res.returncode != 0:
                 raise FabricError(f"VM {spec.netns}: could not set its TCP defaults: {res.stderr.strip()}")

@@ -57,6 +57,9 @@ class Config:
     # bwf_aqm with every_class, as a switch's WRED would -- drop-tail losses fall on the flows with the
     # fewest segments in flight (the intra-ToR flow of docs/results.md)
     early_drop: bool = False
+    # every emulated host asks for ECN (net.ipv4.tcp_ecn=1): with early_drop, its ports mark CE instead of
+    # dropping, as a datacenter's WRED+ECN switches do for ECN-capable TCP
+    ecn: bool = False
 
     def check(self) -> None:
         if self.topology not in builders.EVALUATION_FABRICS:
@@ -129,7 +132,8 @@ def run(cfg: Config, out_dir: Path) -> dict:
                + ((cfg.ws_duration + cfg.drain + 1) if cfg.workload else 0))
     report: dict = {"config": asdict(cfg), "topology": topo.name, "apps": {}, "warnings": []}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeRemainingColumn()) as prog, \
-            Fabric(topo, of_port=cfg.of_port, ack_first=cfg.ack_first, early_drop=cfg.early_drop) as fab:
+            Fabric(topo, of_port=cfg.of_port, ack_first=cfg.ack_first, early_drop=cfg.early_drop,
+                   host_tcp={"net.ipv4.tcp_ecn": "1"} if cfg.ecn else None) as fab:
         report["warnings"] += fab.warnings
         task = prog.add_task("starting", total=per_app * len(cfg.apps))
         advance = lambda s: prog.advance(task, s)  # noqa: E731

@@ -106,10 +106,11 @@ def build(extra: dict[str, Path] | None = None) -> dict[str, Path]:
     if not vmlinux.exists():
         vmlinux.write_text(_run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"]))
     from controller import contract
-    from hostagent.plan import BG_PACE_AFTER_BYTES, CLASS_YOUNG
+    from hostagent.plan import BG_PACE_AFTER_BYTES, BG_PACE_HEADROOM, CLASS_YOUNG
     major, minor = CLASS_YOUNG.split(":")
     defines = [f"-DTOS_WC={contract.TOS_WC:#x}", f"-DTOS_MASK={contract.TOS_MASK:#x}",
-               f"-DBG_PACE_AFTER={BG_PACE_AFTER_BYTES}", f"-DYOUNG_CLASS={int(major, 16) << 16 | int(minor, 16):#x}"]
+               f"-DBG_PACE_AFTER={BG_PACE_AFTER_BYTES}", f"-DPAIR_PACE_HEADROOM_PCT={round(BG_PACE_HEADROOM * 100)}",
+               f"-DYOUNG_CLASS={int(major, 16) << 16 | int(minor, 16):#x}"]
     newest_input = Path(contract.__file__).stat().st_mtime
     stamp = BUILD / "defines"          # objects built with other values are rebuilt
     changed = not stamp.exists() or stamp.read_text() != " ".join(defines)

@@ -61,7 +61,9 @@ struct {
  * guarantee */
 #include "bwf_buckets.h"
 
-#define PAIR_PACE_HEADROOM_PCT 105	/* as the hose's ceiling (hostagent.plan.BG_PACE_HEADROOM) */
+#ifndef PAIR_PACE_HEADROOM_PCT	/* the hose's ceiling, hostagent.plan.BG_PACE_HEADROOM x 100 (compiled in) */
+#define PAIR_PACE_HEADROOM_PCT 100
+#endif
 
 /* the VM's coupled congestion control, by hostagent.cc.CC_KINDS' index
  * (written by agents; no entry: BG/WC) */
@@ -210,10 +212,10 @@ static __always_inline void size_wc_buffers(struct bpf_sock_ops *skops)
  * pacing rate has to say what this subflow gets of it. Unpaced it was
  * 2 x cwnd / srtt, 1.5-3x the guarantee: the scheduler kept picking a full
  * BG subflow, and the WC subflow had nothing to send 30-80 % of the time.
- * So a VM's only BG subflow is paced at its guarantee x 1.05 (bwf_bgpace;
+ * So a VM's only BG subflow is paced at its guarantee (bwf_bgpace;
  * no entry: left alone) -- or, towards a peer whose VM-pair has a BG limit
  * of its own (LRC's, the pipe model's: bwf_mark's pair bucket), at that
- * limit x 1.05: paced at the whole guarantee, a pair held to a fraction of
+ * limit: paced at the whole guarantee, a pair held to a fraction of
  * it let MPTCP park data on a BG subflow that drains slower than its
  * pacing rate says.
  *

@@ -18,6 +18,7 @@ import pytest
 from controller.contract import bg_burst_bytes
 
 from hostagent import cc
+from hostagent import plan as P
 from hostagent.plan import BG_PACE_AFTER_BYTES as PACE_AFTER
 from hostagent.client import AgentClient
 from hostagent.executor import Executor
@@ -189,8 +190,8 @@ def test_agents_put_bg_and_wc_subflows_in_force(pair):
     # within 2x of the bound in some reading, and never the runaway (GB/s) the ceiling exists against
     assert readings and all(rate <= ceiling < 10e9 for rate, ceiling, _ in readings), readings
     assert any(ceiling <= 2 * bound for _, ceiling, bound in readings), readings
-    # BG paced at its guarantee (x 1.05, bwf_bgpace): what MPTCP's scheduler takes for BG's drain rate
-    assert cc.read_map("bwf_bgpace")[IPS["a"]] == round(20e6 / 8 * 1.05)
+    # BG paced at its guarantee (bwf_bgpace): what MPTCP's scheduler takes for BG's drain rate
+    assert cc.read_map("bwf_bgpace")[IPS["a"]] == round(20e6 / 8 * P.BG_PACE_HEADROOM)
     assert _mbps(info["bg"]) <= 21.0, info["bg"]       # ss -n: plain bps
     # the connection's own send buffer: tcp_wmem[0] = Eq. 1's B, on top of its subflows'
     wmem = ns(names["a"], "sysctl", "-n", "net.ipv4.tcp_wmem").stdout.split()
@@ -291,10 +292,10 @@ def test_bg_subflows_of_one_vm_are_paced_at_their_share(pair):
     tbs = [int(re.search(r"\btb(\d+)", ln).group(1)) for ln in bg]
     default = int(ns(names["a"], "sysctl", "-n", "net.ipv4.tcp_wmem").stdout.split()[1])
     print(f"BG pacing {paces} Mb/s, send buffers {tbs} (namespace's {default})")
-    # each at the whole guarantee (x 1.05) before: 21 Mb/s, and the namespace's buffer
+s, and the namespace.s buffer/s, and the namespace's buffer
     # (now: those past BG_PACE_AFTER_BYTES, each between its floor g/n and the guarantee, its send buffer a
     # round trip at that rate)
-    assert all(g / conns * 0.95 <= p <= g * 1.05 + 0.1 for p in paces), paces
+    assert all(g / conns * 0.95 <= p <= g * P.BG_PACE_HEADROOM + 0.1 for p in paces), paces
     assert max(tbs) < default / 2, (tbs, default)
     bg_bytes = int(re.findall(r"counter packets \d+ bytes (\d+)", counters)[0])
     assert bg_bytes * 8 / secs / 1e6 > 0.75 * g, bg_bytes        # the VM's BG still gets its guarantee
@@ -303,7 +304,7 @@ def test_bg_subflows_of_one_vm_are_paced_at_their_share(pair):
 def test_a_vm_pairs_bg_is_paced_at_the_pairs_own_limit(pair):
     """Per-pair BG pacing (issue #32 §5): a VM-pair with a BG limit of its
     own (here the pipe model's 4 Mb/s to b, as LRC sets one every round)
-    has its BG subflow paced at that limit x 1.05 (bwf_sockops reads
+    has its BG subflow paced at that limit (bwf_sockops reads
     bwf_mark's pair bucket), not at the VM's whole guarantee (20 Mb/s):
     MPTCP's scheduler takes the pacing rate for what BG drains at. A
     changed limit takes effect on the open connection (read at every
@@ -342,8 +343,8 @@ def test_a_vm_pairs_bg_is_paced_at_the_pairs_own_limit(pair):
         client.wait(20)
         server.communicate(timeout=20)
     print(f"BG pacing ceiling at a pair limit of {pair_mbps}: {first} Mb/s; at {2 * pair_mbps}: {second} Mb/s")
-    assert first == pytest.approx(pair_mbps * 1.05, rel=0.02), first         # not g x 1.05 = 21
-    assert second == pytest.approx(2 * pair_mbps * 1.05, rel=0.02), second
+    assert first == pytest.approx(pair_mbps * P.BG_PACE_HEADROOM, rel=0.02), first     # not g = 20
+    assert second == pytest.approx(2 * pair_mbps * P.BG_PACE_HEADROOM, rel=0.02), second
 
 
 PLAIN_CLIENT = CLIENT.replace("socket.SOCK_STREAM, 262", "socket.SOCK_STREAM")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.fabric import HOST_TCP_DEFAULTS, Fabric
+from experiments.fabric import HOST_TCP_DEFAULTS, Fabric, FabricError
 from mininet_topos import builders
 
 pytestmark = pytest.mark.root
@@ -49,3 +49,15 @@ def test_every_host_gets_the_kernels_tcp_defaults_whatever_the_root_namespace_ha
             assert got == list(HOST_TCP_DEFAULTS.values()), (h.name, got)
         assert "cubic" in ALLOWED.read_text().split()       # allowed again, so a namespace may have it
         assert any("cubic" in w for w in fab.warnings), fab.warnings
+
+
+def test_hosts_take_the_sysctls_asked_over_the_defaults_and_an_unknown_one_is_refused_before_any_start():
+    topo = builders.star(n_senders=2, link_mbps=100.0)
+    with pytest.raises(FabricError, match="net.ipv4.tcp_bogus"):
+        Fabric(topo, of_port=OF_PORT, host_tcp={"net.ipv4.tcp_bogus": "1"})
+    want = {**HOST_TCP_DEFAULTS, "net.ipv4.tcp_ecn": "1"}
+    with Fabric(topo, of_port=OF_PORT, host_tcp={"net.ipv4.tcp_ecn": "1"}) as fab:
+        for h in topo.hosts:
+            res = fab.run_in(h.name, "sysctl", "-n", *want)
+            assert res.returncode == 0, res.stderr
+            assert [" ".join(line.split()) for line in res.stdout.splitlines()] == list(want.values()), h.name
