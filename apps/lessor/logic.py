@@ -355,7 +355,8 @@ class LessorLogic:
         from there flows (bundles whole) move to the new allocation's paths,
         the most useful first, until the routing's one-path lambda is the
         allocation's -- both measured alike (:meth:`routing_lambda`) -- and it
-        puts no more BG above mu x C (:func:`apps.lessor.moves.fewest_moves`;
+        puts no more BG above mu x C, nor loads a link beyond its capacity where the allocation does not
+        (:func:`apps.lessor.moves.fewest_moves`;
         stopping 5 % short of it left aggregates of 0.82-0.94 of the ideal in
         the main job: docs/results.md); a bundle split over
         several paths moves whole. None when nothing is installed (the new
@@ -409,7 +410,7 @@ class LessorLogic:
                                  list(units.values()), eff,
                                  {f.key: f.bg for f in flows}, lambda link: self.view.capacity(*link),
                                  lambda path: self.view.path_links(path[1:-1]), self.bg.mu,
-                                 lam_wanted * (1 - 1e-9), over_wanted)
+                                 lam_wanted * (1 - 1e-9), over_wanted, band=DEMAND_BAND)
         return {k: wanted[k] if k in wanted and routed[k] == wanted[k].path else inst for k, inst in mixed.items()}
 
     def routing_lambda(self, routes: dict[FiveTuple, Installed], flows: list[LongFlow]) -> float:

@@ -327,8 +327,10 @@ def test_a_demand_step_moves_only_what_pays(bg):
     print("moves per allocation", moves, "placed elsewhere by the allocation", placed_elsewhere)
     assert len(done) == len(placed_elsewhere) and all(m <= p for m, p in zip(done, placed_elsewhere))
     # the analytics step (BG-first: the allocation after it placed 10 installed flows elsewhere and the
-    # logic moved 11, then 5, when the new allocation won whole; now 1-2 each)
-    assert max(done[1:]) <= 3, (done, placed_elsewhere)
+    # logic moved 11, then 5, when the new allocation won whole; then 1-2 each). Since a switch may not
+    # leave capacity idle beside an overloaded link (apps.lessor.moves' excess) a step also moves what
+    # fills an idle uplink: at most half of what the allocation placed elsewhere (3 of 13, 9 of 27)
+    assert all(m <= p / 2 for m, p in zip(done[1:], placed_elsewhere[1:])), (done, placed_elsewhere)
 
 
 @pytest.mark.parametrize("bg", [True, False])

@@ -24,8 +24,8 @@ def cap(_link):
     return CAP
 
 
-def run(start, target, units, load, bg=None, mu=0.9, goal=1.0, allowed=frozenset()):
-    return fewest_moves(start, target, units, load, bg or {}, cap, links, mu, goal, set(allowed))
+def run(start, target, units, load, bg=None, mu=0.9, goal=1.0, allowed=frozenset(), band=None):
+    return fewest_moves(start, target, units, load, bg or {}, cap, links, mu, goal, set(allowed), band=band)
 
 
 def test_a_routing_that_already_meets_the_goal_stays_as_it_is():
@@ -65,6 +65,59 @@ def test_bg_above_mu_c_is_relieved_before_lambda_counts():
     assert moved == 0 and routed == start
 
 
+def lopsided():
+    """A mixed ToR t: its BG flow g alone on uplink x, its four WC flows w1..w4 (3 each: 12 of 10) on y;
+    the fabric's bottleneck is elsewhere (b1, b2 on link u-v, 16 of 10: lambda 10/16 in both routings).
+    The allocation puts g and w1 on x, w2..w4 on y."""
+    start = {"g": ("t", "x", "d"), **{f"w{i}": ("t", "y", "d") for i in range(1, 5)},
+             "b1": ("u", "v"), "b2": ("u", "v")}
+    target = {**start, "w1": ("t", "x", "d")}
+    load = {"g": 3.0, **{f"w{i}": 3.0 for i in range(1, 5)}, "b1": 8.0, "b2": 8.0}
+    units = [[f"w{i}"] for i in range(1, 5)] + [["g"]]
+    return start, target, units, load
+
+
+def test_a_link_overloaded_where_the_allocation_is_not_is_relieved_though_lambda_is_met():
+    """Lambda (10/16, from u-v) is the allocation's already: without the excess nothing moved, and y
+    stayed at 12 of 10 beside x at 3 (the main job's mixed ToRs: one uplink 3.1-3.4 of 5 Mb/s)."""
+    start, target, units, load = lopsided()
+    routed, moved = run(start, target, units, load, goal=10 / 16, band=0.1)
+    assert moved == 1 and routed == target
+    routed, moved = run(start, target, units, load, goal=10 / 16)        # band None: lambda alone
+    assert moved == 0 and routed == start
+
+
+def test_of_moves_that_leave_lambda_as_it_is_the_one_that_relieves_the_excess_is_made():
+    # the allocation also moves g to z (no link's excess changes): only w1's move is made
+    start, target, units, load = lopsided()
+    target = {**target, "g": ("t", "z", "d")}
+    routed, moved = run(start, target, [["g"], ["w1"]], load, goal=10 / 16, band=0.1)
+    assert moved == 1 and routed["w1"] == target["w1"] and routed["g"] == start["g"]
+
+
+def test_a_link_the_allocation_overloads_as_much_moves_nothing():
+    # the allocation itself leaves y at 12 (it moves only g, which changes no load on y): no excess
+    start, target, units, load = lopsided()
+    target = {**start, "g": ("t", "z", "d")}
+    routed, moved = run(start, target, [["g"]], load, goal=10 / 16, band=0.1)
+    assert moved == 0 and routed == start
+
+
+def test_a_routing_that_leaves_less_idle_beside_busy_than_the_allocation_moves_nothing():
+    # x carries 9.5 of 10 (0.5 idle beside y's 12); the allocation (w1 on x: 12.5 and 9) leaves 1.0:
+    # its shape is not chased
+    start, target, units, load = lopsided()
+    load = {**load, "g": 9.5}
+    assert run(start, target, [["w1"]], load, goal=10 / 16, band=0.1) == (start, 0)
+    assert run(start, target, [["w1"]], load, goal=10 / 16, band=0.0) == (start, 0)
+
+
+@pytest.mark.parametrize("band", [math.nan, math.inf, -0.1, True, "0.1"])
+def test_a_bad_band_is_refused_by_name(band):
+    with pytest.raises(ValueError, match="band"):
+        run({"a": ("s", "x")}, {"a": ("s", "y")}, [["a"]], {"a": 1.0}, band=band)
+
+
 def test_a_unit_moves_whole():
     start = {"p": ("s", "x", "d"), "q": ("s", "x", "d"), "o": ("s", "x", "d")}
     target = {"p": ("s", "y", "d"), "q": ("s", "y", "d"), "o": ("s", "x", "d")}
@@ -99,22 +152,34 @@ PATHS = [("s", m, "d") for m in "wxyz"]
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.floats(0, 8), st.floats(0, 4)),
                 min_size=1, max_size=12),
-       st.floats(0, 3), st.floats(0.5, 1.0))
-def test_the_result_lies_between_start_and_target_and_meets_the_goal_or_moved_all(flows, goal, mu):
+       st.floats(0, 3), st.floats(0.5, 1.0), st.one_of(st.none(), st.floats(0, 0.5)))
+def test_the_result_lies_between_start_and_target_and_meets_the_goal_or_moved_all(flows, goal, mu, band):
     start = {i: PATHS[a] for i, (a, _, _, _) in enumerate(flows)}
     target = {i: PATHS[b] for i, (_, b, _, _) in enumerate(flows)}
     load = {i: ld for i, (_, _, ld, _) in enumerate(flows)}
     bg = {i: g for i, (_, _, _, g) in enumerate(flows)}
     units = [[i] for i in start if start[i] != target[i]]
-    routed, moved = fewest_moves(start, target, units, load, bg, cap, links, mu, goal, set())
+    routed, moved = fewest_moves(start, target, units, load, bg, cap, links, mu, goal, set(), band=band)
     assert all(routed[i] in (start[i], target[i]) for i in start) and 0 <= moved <= len(units)
-    sums, bgs = {}, {}
+    sums, bgs, goal_load = {}, {}, {}
     for i, p in routed.items():
         for link in links(p):
             sums[link] = sums.get(link, 0.0) + load[i]
             bgs[link] = bgs.get(link, 0.0) + bg[i]
+    for i, p in target.items():
+        for link in links(p):
+            goal_load[link] = goal_load.get(link, 0.0) + load[i]
     lam = min((CAP / s for s in sums.values() if s > 1e-12), default=math.inf)
     met = lam >= goal * (1 - 1e-9) and all(b <= mu * CAP * (1 + 1e-9) for b in bgs.values())
+    if band is not None:        # no switch leaves more idle beside busy than the target (+ band) and band x C
+        nodes = {link[0] for r in (start, target) for p in r.values() for link in links(p)}
+
+        def ibb(node, sums_):
+            own = {link for r in (start, target) for p in r.values() for link in links(p) if link[0] == node}
+            return min(sum(max(0.0, CAP - sums_.get(x, 0.0)) for x in own),
+                       sum(max(0.0, sums_.get(x, 0.0) - CAP) for x in own))
+        met = met and all(ibb(n, sums) <= max((1 + band) * ibb(n, goal_load), band * CAP) * (1 + 1e-6) + 1e-9
+                          for n in nodes)
     assert met or routed == target
     if moved < len(units):      # it stopped early: the goal was met (and one move fewer would not do, if it moved)
         assert met
