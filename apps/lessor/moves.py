@@ -26,7 +26,7 @@ load the overloaded ones carry beyond theirs, the lesser of the two -- what
 moving flows between its links could put to use. A routing's excess is,
 over the switches, how far that exceeds (1 + ``band``) x the allocation's
 own, and at least ``band`` x the switch's mean link capacity; the moves go
-on until there is none. Not "each link within the allocation's load":
+on while a unit without BG can lower it. Not "each link within the allocation's load":
 chasing the allocation's shape moved 7-9 flows at a demand step and went
 on moving under steady demands (every allocation is placed afresh), where
 both routings had every link busy.
@@ -57,7 +57,8 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
     exceeds mu x capacity on no link outside ``allowed_over``, and --
     with a ``band`` -- no switch leaves more capacity idle beside its
     overloaded links than (1 + band) x ``target`` does and band x its mean
-    link capacity (the excess, above); and how many units it moved. With every unit moved it is
+    link capacity (the excess, above), as far as moving units without BG
+    lowers it; and how many units it moved. With every unit moved it is
     ``start`` updated by ``target``. Keys of a unit missing from ``start``
     or ``target`` are a ValueError, as are a ``lam_goal`` that is not a
     number >= 0 (infinity: every unit moves), a ``mu`` outside (0, 1] and a
@@ -142,17 +143,27 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
         # the links in order of capacity / load: a trial's lambda is the least of the links it
         # changes and the first link in this order it does not change
         order = sorted(sums, key=lambda link: ratio(link, sums[link]))
+        # lambda and BG met, only the excess left: a move for it is a WC unit's (BG stays where the BG
+        # placement put it: a BG subflow's move is a reordering the guarantee pays for) that lowers the
+        # excess and undoes neither; none: stop
+        only_excess = not overs and lam >= lam_goal
         best = None
         for i, unit in enumerate(pending):
+            if only_excess and any(bg.get(k, 0.0) > 0 for k in unit):
+                continue
             d, db = delta(unit)
             rest = next((ratio(link, sums[link]) for link in order if link not in d), math.inf)
             trial_lam = min([rest, *(ratio(link, sums.get(link, 0.0) + v) for link, v in d.items())])
             trial_over = len(overs - set(db)) + sum(over(link, bgs.get(link, 0.0) + v) for link, v in db.items())
             nodes = {link[0] for link in d} & out_links.keys()
             trial_excess = total_excess + sum(excess(n, sums, d) - excess(n, sums) for n in nodes)
+            if only_excess and (trial_over or trial_lam < lam_goal or trial_excess >= total_excess - 1e-9):
+                continue
             score = (trial_over, -trial_lam, round(trial_excess, 9), len(unit), i)
             if best is None or score < best[0]:
                 best = (score, i, d, db)
+        if best is None:
+            break
         _, i, d, db = best
         for link, v in d.items():
             sums[link] = sums.get(link, 0.0) + v

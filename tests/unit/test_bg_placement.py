@@ -341,4 +341,7 @@ def test_steady_demands_move_nothing_once_placed(bg):
     every allocation of this stream -- in the emulated main job 100-260
     moves in 25 s, every one a reordering for a BG Reno subflow."""
     moves = _main_job_rounds(bg)
-    assert sum(m or 0 for m in moves[4:]) == 0, moves
+    # from the sixth allocation on: the placements settle within five (the move that fills an idle
+    # uplink, apps.lessor.moves' excess, may come in the fifth; with other seeds the logic before it
+    # also moved 1-3 flows in the fifth or later)
+    assert sum(m or 0 for m in moves[5:]) == 0, moves

@@ -95,6 +95,21 @@ def test_of_moves_that_leave_lambda_as_it_is_the_one_that_relieves_the_excess_is
     assert moved == 1 and routed["w1"] == target["w1"] and routed["g"] == start["g"]
 
 
+def test_for_the_excess_alone_a_bg_unit_stays_where_it_is():
+    # the same lopsided ToR, but the unit that would fill x carries BG: lambda and BG are met, so it stays
+    start, target, units, load = lopsided()
+    routed, moved = run(start, target, units, load, bg={"w1": 1.0}, goal=10 / 16, band=0.1)
+    assert moved == 0 and routed == start
+
+
+def test_a_move_that_does_not_lower_the_excess_is_not_made_for_it():
+    # the excess is there (x idle beside y's 12; the allocation leaves none), but the only unit free to
+    # move, g (no BG), moving to z would leave it as it is: nothing moves
+    start, target, units, load = lopsided()
+    target = {**target, "g": ("t", "z", "d")}        # the allocation: w1 on x, g on z (w1 is not free to move)
+    assert run(start, target, [["g"]], load, goal=10 / 16, band=0.1) == (start, 0)
+
+
 def test_a_link_the_allocation_overloads_as_much_moves_nothing():
     # the allocation itself leaves y at 12 (it moves only g, which changes no load on y): no excess
     start, target, units, load = lopsided()
@@ -171,15 +186,27 @@ def test_the_result_lies_between_start_and_target_and_meets_the_goal_or_moved_al
             goal_load[link] = goal_load.get(link, 0.0) + load[i]
     lam = min((CAP / s for s in sums.values() if s > 1e-12), default=math.inf)
     met = lam >= goal * (1 - 1e-9) and all(b <= mu * CAP * (1 + 1e-9) for b in bgs.values())
-    if band is not None:        # no switch leaves more idle beside busy than the target (+ band) and band x C
+    assert met or routed == target
+    if moved < len(units):      # it stopped early: lambda and BG were met
+        assert met
+    if band is not None and moved < len(units):
+        # ...and no unit left without BG, moved alone, would lower the excess (idle beside busy beyond
+        # the target's) and keep lambda and BG met
         nodes = {link[0] for r in (start, target) for p in r.values() for link in links(p)}
 
         def ibb(node, sums_):
             own = {link for r in (start, target) for p in r.values() for link in links(p) if link[0] == node}
             return min(sum(max(0.0, CAP - sums_.get(x, 0.0)) for x in own),
                        sum(max(0.0, sums_.get(x, 0.0) - CAP) for x in own))
-        met = met and all(ibb(n, sums) <= max((1 + band) * ibb(n, goal_load), band * CAP) * (1 + 1e-6) + 1e-9
-                          for n in nodes)
-    assert met or routed == target
-    if moved < len(units):      # it stopped early: the goal was met (and one move fewer would not do, if it moved)
-        assert met
+
+        def excess(sums_):
+            return sum(max(0.0, ibb(n, sums_) - max((1 + band) * ibb(n, goal_load), band * CAP) * (1 + 1e-9))
+                       for n in nodes)
+        for i in (i for i in start if routed[i] != target[i] and bg[i] == 0):
+            trial = dict(sums)
+            for link in links(routed[i]):
+                trial[link] -= load[i]
+            for link in links(target[i]):
+                trial[link] = trial.get(link, 0.0) + load[i]
+            trial_lam = min((CAP / s for s in trial.values() if s > 1e-12), default=math.inf)
+            assert trial_lam < goal * (1 - 1e-9) or excess(trial) >= excess(sums) - 1e-6, (i, routed)
