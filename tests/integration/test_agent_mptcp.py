@@ -292,7 +292,7 @@ def test_bg_subflows_of_one_vm_are_paced_at_their_share(pair):
     tbs = [int(re.search(r"\btb(\d+)", ln).group(1)) for ln in bg]
     default = int(ns(names["a"], "sysctl", "-n", "net.ipv4.tcp_wmem").stdout.split()[1])
     print(f"BG pacing {paces} Mb/s, send buffers {tbs} (namespace's {default})")
-s, and the namespace.s buffer/s, and the namespace's buffer
+    # each at the whole guarantee before (then x 1.05: 21 Mb/s), and the namespace's buffer
     # (now: those past BG_PACE_AFTER_BYTES, each between its floor g/n and the guarantee, its send buffer a
     # round trip at that rate)
     assert all(g / conns * 0.95 <= p <= g * P.BG_PACE_HEADROOM + 0.1 for p in paces), paces
