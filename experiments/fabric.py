@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import subprocess
 import time
 from functools import partial
@@ -51,6 +52,7 @@ HOST_TCP_DEFAULTS = {
 }
 
 
+_SYSCTL_VALUE = re.compile(r"[A-Za-z0-9]+( [A-Za-z0-9]+)*")
 ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 
@@ -167,6 +169,9 @@ class Fabric:
         unknown = set(host_tcp or {}) - set(HOST_TCP_DEFAULTS)
         if unknown:
             raise FabricError(f"host_tcp: {', '.join(sorted(unknown))} not among {', '.join(HOST_TCP_DEFAULTS)}")
+        for key, value in (host_tcp or {}).items():     # they go into a shell command in every host
+            if not isinstance(value, str) or not _SYSCTL_VALUE.fullmatch(value):
+                raise FabricError(f"host_tcp: {key} = {value!r}: letters, digits and single spaces only")
         self.host_tcp = {**HOST_TCP_DEFAULTS, **(host_tcp or {})}
         self._aqm_loaded_here = False
         self._backend = None

@@ -355,8 +355,8 @@ class LessorLogic:
         from there flows (bundles whole) move to the new allocation's paths,
         the most useful first, until the routing's one-path lambda is the
         allocation's -- both measured alike (:meth:`routing_lambda`) -- and it
-        puts no more BG above mu x C, nor loads a link beyond its capacity where the allocation does not
-        (:func:`apps.lessor.moves.fewest_moves`;
+        puts no more BG above mu x C, nor -- moving WC for it -- leaves a switch more capacity idle beside
+        its overloaded links than the allocation does (:func:`apps.lessor.moves.fewest_moves`;
         stopping 5 % short of it left aggregates of 0.82-0.94 of the ideal in
         the main job: docs/results.md); a bundle split over
         several paths moves whole. None when nothing is installed (the new

@@ -137,7 +137,8 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
     while pending:
         overs = {link for link, b in bgs.items() if over(link, b)}
         lam = min((ratio(link, s) for link, s in sums.items()), default=math.inf)
-        total_excess = sum(excess(node, sums) for node in out_links)
+        now_excess = {node: excess(node, sums) for node in out_links}
+        total_excess = sum(now_excess.values())
         if not overs and lam >= lam_goal and total_excess <= 0:
             break
         # the links in order of capacity / load: a trial's lambda is the least of the links it
@@ -156,7 +157,7 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
             trial_lam = min([rest, *(ratio(link, sums.get(link, 0.0) + v) for link, v in d.items())])
             trial_over = len(overs - set(db)) + sum(over(link, bgs.get(link, 0.0) + v) for link, v in db.items())
             nodes = {link[0] for link in d} & out_links.keys()
-            trial_excess = total_excess + sum(excess(n, sums, d) - excess(n, sums) for n in nodes)
+            trial_excess = total_excess + sum(excess(n, sums, d) - now_excess[n] for n in nodes)
             if only_excess and (trial_over or trial_lam < lam_goal or trial_excess >= total_excess - 1e-9):
                 continue
             score = (trial_over, -trial_lam, round(trial_excess, 9), len(unit), i)

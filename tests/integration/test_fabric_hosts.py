@@ -55,6 +55,9 @@ def test_hosts_take_the_sysctls_asked_over_the_defaults_and_an_unknown_one_is_re
     topo = builders.star(n_senders=2, link_mbps=100.0)
     with pytest.raises(FabricError, match="net.ipv4.tcp_bogus"):
         Fabric(topo, of_port=OF_PORT, host_tcp={"net.ipv4.tcp_bogus": "1"})
+    for hostile in ("1'; touch /tmp/bwf_pwned; '", "1\n", "", float("nan"), 1):
+        with pytest.raises(FabricError, match="net.ipv4.tcp_ecn"):
+            Fabric(topo, of_port=OF_PORT, host_tcp={"net.ipv4.tcp_ecn": hostile})
     want = {**HOST_TCP_DEFAULTS, "net.ipv4.tcp_ecn": "1"}
     with Fabric(topo, of_port=OF_PORT, host_tcp={"net.ipv4.tcp_ecn": "1"}) as fab:
         for h in topo.hosts:
