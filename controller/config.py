@@ -121,6 +121,8 @@ class Lessor(_Strict):
     polling: Polling = Field(default_factory=Polling, description="PRE's CPU-adaptive polling (Algorithm 1)")
     bg_first: bool = Field(True, description="with prio queues: place the long flows that carry BG (first "
                            "subflows, UDP) before the rest, each link's BG within admission.mu x its capacity")
+    bg_routes: bool = Field(True, description="with bg_first: every VM's BG on a default route from its first "
+                            "packet, packed so each link's hose bound of BG stays within admission.mu x its capacity")
 
 
 class PrioQueues(_Strict):

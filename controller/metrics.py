@@ -42,6 +42,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], str]] = {
     "bwfabric_pmpt_lambda": ("gauge", (), "the last allocation's concurrent-flow ratio lambda"),
     "bwfabric_pmpt_duration_seconds": ("gauge", (), "the last allocation's computation time"),
     "bwfabric_pmpt_flows_placed": ("gauge", (), "long flows the last allocation placed"),
+    "bwfabric_bg_routes_vms": ("gauge", (), "VMs whose BG has a default route (LESSOR)"),
+    "bwfabric_bg_routes_links_over_mu": ("gauge", (), "links whose default-route BG bound exceeds mu x capacity"),
     "bwfabric_packet_ins": ("counter", (), "PacketIns received (bwfabric installs rules proactively: expect 0)"),
     "bwfabric_openflow_messages_sent": ("counter", ("kind",), "OpenFlow messages sent to switches, by kind"),
     "bwfabric_switches_connected": ("gauge", (), "switches with a live OpenFlow connection"),

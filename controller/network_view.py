@@ -141,6 +141,14 @@ class NetworkView:
                 and (v == dst or not self.is_host(v))]
         return sorted(hops, key=lambda v: self.port(node, v))
 
+    def is_below(self, switch: str, host: str) -> bool:
+        """Whether ``host`` is below ``switch``: every shortest next hop
+        from it towards the host goes down a layer (or is the host). A
+        switch's traffic to a host not below it goes up."""
+        hops = self.next_hops(switch, host)
+        layer = self.graph.nodes[switch]["layer"]
+        return bool(hops) and all(h == host or self.graph.nodes[h]["layer"] < layer for h in hops)
+
     def equal_cost_paths(self, src: str, dst: str, limit: int = 10000) -> list[tuple[str, ...]]:
         """All shortest paths src -> dst as node tuples (deterministic order)."""
         paths: list[tuple[str, ...]] = []

@@ -28,6 +28,10 @@ ACCOUNT_IDLE_S = 10
 
 PRIO_DEFAULT = 0
 PRIO_ROUTE = 100
+# a VM's BG on its up-path (apps.lessor.bg_routes), and above it the
+# destinations below that switch (they never go up)
+PRIO_BG_UP = 200
+PRIO_BG_BELOW = 300
 PRIO_CLASSIFY = 100
 PRIO_EXACT_FLOW = 1000
 

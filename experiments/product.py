@@ -173,6 +173,7 @@ class Config:
     # main job's first guarantees, 5 Mb/s on a ToR whose uplinks take mu x 5 each (issue #32 sec. 3)
     guarantees: tuple[float, ...] = ()
     bg_first: bool = True          # bwfabric's LESSOR places BG first (lessor.bg_first)
+    bg_routes: bool = True         # ...and routes every VM's BG from its first packet (lessor.bg_routes)
     # the agents' Eq. 1 maxRTT until live subflows are measured, and its floor. The transfers open
     # before the agents have measured, with a receive window of Eq. 1's buffer at this RTT; WC subflows
     # here see 1-7 s round trips (a 150 KB queue draining at what BG leaves of 5 Mb/s), and at the
@@ -247,7 +248,8 @@ def write_config(cfg: Config, workdir: Path, scheme: str, lay: Layout | None = N
                              agent_defaults={**defaults, "demote_bg": False}, **common)
     return configs.write(workdir / "bwfabric.yaml", topo_file, "lessor", cfg.of_port, prio_queues=True,
                          agent_defaults=defaults,
-                         lessor={"polling": {"initial_s": 2.0, "min_s": 2.0}, "bg_first": cfg.bg_first},
+                         lessor={"polling": {"initial_s": 2.0, "min_s": 2.0}, "bg_first": cfg.bg_first,
+                                 "bg_routes": cfg.bg_routes},
                          lrc=LRC if cfg.lrc else None, state_file=workdir / "lessor-state.json", **common)
 
 

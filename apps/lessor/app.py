@@ -31,7 +31,8 @@ class LessorApp(ForwardingApp):
         settings = self.config.cfg.lessor
         self.lessor = self.logic = self.LOGIC(self.view, settings.polling.polling_config(), settings.epsilon,
                                               long_flow_bytes=settings.long_flow_bytes)
-        self.lessor.set_bg(bg_policy(self.config))
+        self.lessor.set_bg(bg_policy(self.config))     # no switch connected yet: nothing to send
+        self._log_bg_routes()
         self.logger.info("PMPT kernels ready in %.2f s", warm_up(self.lessor.paths))
         self.state_file = self.config.cfg.controller.state_file
         if runtime.current() is not None:
@@ -65,6 +66,8 @@ class LessorApp(ForwardingApp):
                 yield "bwfabric_controller_cpu_ratio", {}, self.cpu_log[-1][1]
             yield "bwfabric_pmpt_runs", {}, self.lessor.allocations
             yield "bwfabric_packet_ins", {}, self.packet_ins
+            yield "bwfabric_bg_routes_vms", {}, len(self.lessor.bg_routes.up)
+            yield "bwfabric_bg_routes_links_over_mu", {}, len(self.lessor.bg_routes.over)
             if alloc is not None:
                 yield "bwfabric_pmpt_lambda", {}, alloc.lam
                 yield "bwfabric_pmpt_duration_seconds", {}, alloc.seconds
@@ -76,7 +79,20 @@ class LessorApp(ForwardingApp):
         with self.lock:
             self.lessor.reconfigure(new.cfg.lessor.polling.polling_config(), new.cfg.lessor.epsilon,
                                     new.cfg.lessor.long_flow_bytes)
-            self.lessor.set_bg(bg_policy(new))
+            updates = self.lessor.set_bg(bg_policy(new))
+            self._log_bg_routes()
+        for sw, msgs in updates.items():
+            if sw in self.datapaths:
+                self.send(sw, msgs)
+
+    def _log_bg_routes(self):
+        routes = self.lessor.bg_routes
+        if routes.over:
+            self.logger.warning("default BG routes: the packing leaves %d links above mu x C (%s): their "
+                                "guarantees rely on LESSOR's placement", len(routes.over),
+                                ", ".join(f"{u}->{v}" for u, v in routes.over))
+        elif routes.up:
+            self.logger.info("default BG routes: %d VMs, every link within mu x C", len(routes.up))
 
     def start(self):
         thread = super().start()
@@ -197,12 +213,17 @@ def bg_policy(loaded) -> BgPolicy:
     """The declared tenants' BG as LESSOR places it: with prio queues (the
     fabric's two classes), every VM's guarantee by address and its agent's
     first join port, and admission control's mu; without, none (one class:
-    nothing travels apart), nor with ``lessor.bg_first`` off."""
+    nothing travels apart), nor with ``lessor.bg_first`` off. With
+    ``lessor.bg_routes`` (on by default) each VM's host and tenant too: its
+    BG's default route (:mod:`apps.lessor.bg_routes`)."""
     if not loaded.cfg.controller.prio_queues or not loaded.cfg.lessor.bg_first:
         return BgPolicy()
     vms = loaded.vms().values()
+    routed = loaded.cfg.lessor.bg_routes
     return BgPolicy({p.address: p.vm.guarantee_mbps * 1e6 for p in vms},
-                    {p.address: loaded.tuning(p.host).join_port_base for p in vms}, loaded.cfg.admission.mu)
+                    {p.address: loaded.tuning(p.host).join_port_base for p in vms}, loaded.cfg.admission.mu,
+                    host={p.address: p.host for p in vms} if routed else {},
+                    tenant={p.address: p.tenant for p in vms} if routed else {})
 
 
 ECHO_RTT_MAX_S = 60.0

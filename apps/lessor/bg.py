@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from apps.lessor.bg_routes import HoseVm
 from apps.lessor.pmpt import check_mu
 from controller.validate import finite_number
 
@@ -45,6 +46,10 @@ class BgPolicy:
     guarantee_bps: Mapping[str, float] = field(default_factory=dict)
     join_port_base: Mapping[str, int] = field(default_factory=dict)
     mu: float = 1.0
+    # where each VM runs and whose it is, by address: what its default BG
+    # route needs (apps.lessor.bg_routes); a VM without both is not routed
+    host: Mapping[str, str] = field(default_factory=dict)
+    tenant: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         check_mu(self.mu)
@@ -55,6 +60,18 @@ class BgPolicy:
             if isinstance(base, bool) or not isinstance(base, int) or not 1 <= base <= 65536 - JOIN_PORTS:
                 raise ValueError(f"BG policy: join port base of {ip} {base!r} must be an integer in "
                                  f"[1, {65536 - JOIN_PORTS}]")
+
+        for name, table in (("host", self.host), ("tenant", self.tenant)):
+            for ip, v in table.items():
+                if ip not in self.guarantee_bps:
+                    raise ValueError(f"BG policy: {name} of {ip} given without its guarantee")
+                if not isinstance(v, str) or not v:
+                    raise ValueError(f"BG policy: {name} of {ip} {v!r} must be a non-empty string")
+
+    def hose_vms(self) -> list[HoseVm]:
+        """The VMs whose BG gets a default route: those with a host and a tenant."""
+        return [HoseVm(ip, self.host[ip], self.tenant[ip], g) for ip, g in sorted(self.guarantee_bps.items())
+                if ip in self.host and ip in self.tenant]
 
     def _joins(self, ip: str, port: int) -> bool:
         base = self.join_port_base.get(ip)

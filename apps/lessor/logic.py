@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from apps.lessor.bg import BgPolicy
+from apps.lessor.bg_routes import BgRoutes, pack
 from apps.lessor.hedera import ELEPHANT_FRACTION, estimate_demands
 from apps.lessor.moves import fewest_moves
 from apps.lessor.paths import PathDictionary
@@ -79,15 +80,26 @@ class LessorLogic:
         self.moves_per_allocation: list[int] = []   # installed flows moved by each allocation (last 1000)
         self.pinned: set[FiveTuple] = set()          # installed flows limited outside the fabric (last look)
         self.bg = BgPolicy()
+        self.bg_routes = BgRoutes()
 
-    def set_bg(self, policy: BgPolicy) -> None:
-        """The declared tenants' BG (a reload brings a new one): the next
-        allocation places BG flows first."""
+    def set_bg(self, policy: BgPolicy) -> dict[str, list[ofmsg.Message]]:
+        """The declared tenants' BG (a reload brings a new one): every VM's
+        BG gets its default route at once (:mod:`apps.lessor.bg_routes`;
+        returned: the connected switches' updates), and the next allocation
+        places BG flows first."""
         if not isinstance(policy, BgPolicy):
             raise TypeError(f"BG policy: {type(policy).__name__} is not a BgPolicy")
-        if policy != self.bg:
-            self.bg = policy
-            self._last_input = None
+        if policy == self.bg:
+            return {}
+        routes = pack(self.view, policy.hose_vms(), policy.mu, self.bg_routes.up)
+        self.bg = policy
+        self._last_input = None
+        return self._set_routes(routes)
+
+    def _set_routes(self, routes: BgRoutes) -> dict[str, list[ofmsg.Message]]:
+        same = routes.up == self.bg_routes.up
+        self.bg_routes = routes
+        return {} if same else self.routing.set_bg_up(routes.up)
 
     def reconfigure(self, polling: PollingConfig, epsilon: float, long_flow_bytes: int) -> None:
         """New settings (a reload): the polling period is kept within the new bounds."""
@@ -111,6 +123,10 @@ class LessorLogic:
         lose their exact entries too, so they fall back to the (already
         rerouted) defaults -- no blackhole -- until the next allocation."""
         out = self.routing.link_changed(switch, port, up)
+        if self.bg_routes.up or self.bg.host:
+            for sw, msgs in self._set_routes(pack(self.view, self.bg.hose_vms(), self.bg.mu,
+                                                  self.bg_routes.up)).items():
+                out.setdefault(sw, []).extend(msgs)
         if up:
             return out
         for key, inst in sorted(self.installed.items()):
@@ -201,8 +217,9 @@ class LessorLogic:
                 demand = st.predicted
             flows.append(LongFlow(st.key, st.src_tor, st.dst_tor, demand, self.table.remaining_bytes(st.key)))
         bg = self.bg.shares({f.key: (f.demand, f.dst_tor) for f in flows})
-        return [replace(f, bg=bg[f.key][0], bundle=bg[f.key][1]) if bg.get(f.key, (0.0,))[0] > 0 else f
-                for f in flows]
+        return [replace(f, bg=bg[f.key][0], bundle=bg[f.key][1],
+                        fixed_path=self.bg_routes.tor_path(self.view, f.key[0], f.key[1]))
+                if bg.get(f.key, (0.0,))[0] > 0 else f for f in flows]
 
     def bg_over(self, routes: dict[FiveTuple, "Installed"]) -> list[tuple[str, str]]:
         """Switch-to-switch links whose BG (the routes' ``bg`` along their
@@ -362,7 +379,8 @@ class LessorLogic:
         several paths moves whole. None when nothing is installed (the new
         allocation as it is)."""
         keep = {f.key: replace(self.installed[f.key], bg=f.bg) for f in flows if f.key in self.installed
-                and all(self.view.link_up(u, v) for u, v in self.view.path_links(self.installed[f.key].path))}
+                and all(self.view.link_up(u, v) for u, v in self.view.path_links(self.installed[f.key].path))
+                and (f.fixed_path is None or self.installed[f.key].path[1:-1] == f.fixed_path)}
         if not keep or all(keep.get(k) == v for k, v in wanted.items()):
             return None
         loads: dict[tuple[str, str], float] = {}
@@ -383,7 +401,10 @@ class LessorLogic:
                 return max((loads.get(link, 0.0) + eff[f.key]) / self.view.capacity(*link)
                            for link in self.view.path_links(path)) if len(path) > 1 else 0.0
 
-            best = bundle_path.get(f.bundle) if f.bundle is not None else None
+            best = f.fixed_path if f.fixed_path is not None and f.key in wanted and \
+                wanted[f.key].path[1:-1] == f.fixed_path else None
+            if best is None and f.bundle is not None:
+                best = bundle_path.get(f.bundle)
             if best is None:
                 best = min(candidates, key=lambda p: (worst(p), candidates.index(p)))
                 if f.bundle is not None:
@@ -471,6 +492,7 @@ class LessorLogic:
             "lambda_one_path": None if alloc is None else alloc.integral_lam,
             "bg_flows": {" ".join(map(str, k)): v.bg for k, v in sorted(self.installed.items()) if v.bg > 0},
             "bg_over_mu": [list(link) for link in self.bg_over(self.installed)],
+            "bg_routes": self.bg_routes.state(),
         }
 
 

@@ -85,6 +85,10 @@ class LongFlow:
     # flows that must share one path: the BG of one VM to one ToR, whose
     # split among its flows the fabric cannot know (None: the flow alone)
     bundle: Hashable = None
+    # a BG flow's default route (apps.lessor.bg_routes), the switches from
+    # src_tor to dst_tor: it is placed there (the switches send its BG
+    # that way whatever LESSOR installs), its BG counted on every link
+    fixed_path: tuple[str, ...] | None = None
 
     @property
     def remaining_time(self) -> float:
@@ -215,6 +219,14 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
             raise ValueError(f"flow {f.key!r}: remaining_bytes {f.remaining_bytes!r} must be finite and >= 0")
         if not (finite_number(f.bg) and 0 <= f.bg <= MAX_DEMAND_BPS):
             raise ValueError(f"flow {f.key!r}: bg {f.bg!r} must be a finite number in [0, {MAX_DEMAND_BPS:g}]")
+        if f.fixed_path is not None:
+            p = f.fixed_path
+            if not f.bg > 0:
+                raise ValueError(f"flow {f.key!r}: a fixed path is for BG flows (bg > 0)")
+            if not isinstance(p, tuple) or not p or p[0] != f.src_tor or p[-1] != f.dst_tor or \
+                    any((a, b) not in paths.index for a, b in zip(p, p[1:])):
+                raise ValueError(f"flow {f.key!r}: fixed path {p!r} is not a path of switch links from "
+                                 f"{f.src_tor} to {f.dst_tor}")
     tors: dict = {}
     for f in flows:
         if f.bundle is not None and tors.setdefault(f.bundle, (f.src_tor, f.dst_tor)) != (f.src_tor, f.dst_tor):
@@ -256,7 +268,16 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
     bg = [f for f in flows if f.bg > 0 and f.src_tor != f.dst_tor]
     if not bg:
         return _place_all(flows, paths, paths.capacity, epsilon, max_phases, t_start)
-    bg_path, bg_load, bg_unroutable = place_bg(bg, paths, mu)
+    # BG on its default route goes there; the rest of BG is placed around it
+    preload = np.zeros(len(paths.capacity))
+    fixed = {}
+    for f in bg:
+        if f.fixed_path is not None and all(paths.up(paths.index[lk]) for lk in zip(f.fixed_path, f.fixed_path[1:])):
+            fixed[f.key] = f.fixed_path
+            for lk in zip(f.fixed_path, f.fixed_path[1:]):
+                preload[paths.index[lk]] += f.bg
+    bg_path, bg_load, bg_unroutable = place_bg([f for f in bg if f.key not in fixed], paths, mu, preload)
+    bg_path.update(fixed)
     residual = np.maximum(paths.capacity - bg_load, RESIDUAL_FLOOR * paths.capacity)
     alloc = _place_all([f for f in flows if f.key not in bg_path and f.key not in bg_unroutable], paths,
                        residual, epsilon, max_phases, t_start)
@@ -276,8 +297,8 @@ RESIDUAL_FLOOR = 0.05   # of a link's capacity, left to the other flows' placeme
 BG_REPAIR_ROUNDS = 200  # moves of BG flows off links above mu x C after the greedy
 
 
-def place_bg(flows: list[LongFlow], paths: PathDictionary,
-             mu: float) -> tuple[dict[Hashable, tuple[str, ...]], np.ndarray, list[Hashable]]:
+def place_bg(flows: list[LongFlow], paths: PathDictionary, mu: float,
+             preload: np.ndarray | None = None) -> tuple[dict[Hashable, tuple[str, ...]], np.ndarray, list[Hashable]]:
     """One path per BG flow -- one per bundle: the flows of a bundle share
     it, their BG summed -- such that every link's BG sum stays within
     ``mu`` x its capacity where the candidate paths allow it. Returns
@@ -292,10 +313,11 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary,
     ``BG_REPAIR_ROUNDS``): an item on such a link moves to another of its
     paths, or exchanges paths with an item of the same ToR pair (what
     largest-first leaves over -- 3, 3, 2, 2, 2 on two links of 6 -- a single
-    move cannot undo). Deterministic: ties by key."""
+    move cannot undo). Deterministic: ties by key. ``preload``: BG already
+    on each link (flows on their default routes), counted, never moved."""
     limit = mu * paths.capacity
     safe = np.where(limit > 0, limit, 1.0)
-    load = np.zeros(len(limit))
+    load = np.zeros(len(limit)) if preload is None else np.array(preload, dtype=float)
     members: dict[Hashable, list[LongFlow]] = {}
     for f in flows:
         members.setdefault(("bundle", f.bundle) if f.bundle is not None else ("flow", f.key), []).append(f)

@@ -23,6 +23,12 @@ round trip. A host carrying VMs behind its NIC (its ``vm_prefix``) has the
 block routed with it: masked ``ipv4_dst``/``arp_tpa`` entries beside its own
 address's, the same next hops (a routed hypervisor).
 
+With BG up-paths (``set_bg_up``: LESSOR's default BG routes,
+:mod:`apps.lessor.bg_routes`), each switch of a VM's up-path sends the VM's
+BG (``ipv4_src`` = its address, DSCP CS0) to the path's next switch, at
+``PRIO_BG_UP``; the destinations below such a switch get their own entries
+above it (``PRIO_BG_BELOW``), so only BG that must climb does.
+
 With ``accounting`` (used by the traffic-engineering apps), edge switches
 also keep a learned byte counter per TCP/UDP flow from their hosts
 (``pipeline.TABLE_ACCOUNT``): IP entries resubmit there before forwarding.
@@ -35,8 +41,9 @@ from dataclasses import dataclass
 
 from controller import ofmsg
 from controller.network_view import NetworkView
-from controller.pipeline import (APP_ROUTING, COOKIE_APP_MASK, PRIO_ROUTE, TABLE_ACCOUNT, TABLE_FORWARD,
-                                 accounting_entries, cookie, pipeline_defaults, wipe_app)
+from controller.contract import DSCP_BG
+from controller.pipeline import (APP_ROUTING, COOKIE_APP_MASK, PRIO_BG_BELOW, PRIO_BG_UP, PRIO_ROUTE, TABLE_ACCOUNT,
+                                 TABLE_FORWARD, accounting_entries, cookie, pipeline_defaults, wipe_app)
 
 MAX_SELECT_BUCKETS = 64
 GROUP_ID_BASE = 1
@@ -69,6 +76,24 @@ class DestinationRouting:
         self.accounting = accounting
         self._radix = self._layer_radix()
         self._state: dict[str, _SwitchState] = {}
+        self.bg_up: dict[str, tuple[str, ...]] = {}   # VM address -> its BG's up-path (switches from its ToR)
+
+    def set_bg_up(self, up: dict[str, tuple[str, ...]]) -> dict[str, list[ofmsg.Message]]:
+        """New BG up-paths; the updates of every connected switch, the
+        highest layer first (a path's upper switches are ready before its ToR
+        sends BG up it)."""
+        for addr, path in up.items():
+            if not isinstance(path, tuple) or len(path) < 1 or any(
+                    not isinstance(sw, str) or not self.view.graph.has_node(sw) or self.view.is_host(sw)
+                    for sw in path) or not all(self.view.graph.has_edge(a, b) for a, b in zip(path, path[1:])):
+                raise ValueError(f"BG up-path of {addr!r}: {path!r} must be a tuple of switches")
+        self.bg_up = dict(up)
+        out = {}
+        for sw in sorted(self._state, key=lambda s: (-self._layer(s), s)):
+            msgs = self.switch_update(sw)
+            if msgs:
+                out[sw] = msgs
+        return out
 
     # ---- path choice -----------------------------------------------------
     def _layer_radix(self) -> dict[int, int]:
@@ -117,6 +142,7 @@ class DestinationRouting:
             host_ports = [view.port(switch, h) for h in view.graph.successors(switch) if view.is_host(h)]
             for fm in accounting_entries(host_ports, ck):
                 flows[(fm.table_id, fm.priority, fm.match)] = fm
+        below: dict[str, tuple[list, list]] = {}
         for dst in view.hosts:
             single = self.single_next_hop(switch, dst)
             if single is None:
@@ -140,6 +166,22 @@ class DestinationRouting:
                 match = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ipv4_dst=target)
                 flows[(TABLE_FORWARD, PRIO_ROUTE, match)] = ofmsg.flow_add(
                     TABLE_FORWARD, PRIO_ROUTE, match, actions, cookie=ck)
+            below[dst] = (targets, actions)
+        ups = {addr: path[path.index(switch) + 1] for addr, path in self.bg_up.items() if switch in path[:-1]}
+        if ups:
+            for addr, nxt in sorted(ups.items()):
+                match = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ipv4_src=addr, ip_dscp=DSCP_BG)
+                out = ofmsg.Output(view.port(switch, nxt))
+                flows[(TABLE_FORWARD, PRIO_BG_UP, match)] = ofmsg.flow_add(
+                    TABLE_FORWARD, PRIO_BG_UP, match, [ofmsg.Resubmit(TABLE_ACCOUNT), out] if count else [out],
+                    cookie=ck)
+            for dst, (targets, actions) in below.items():
+                if not view.is_below(switch, dst):
+                    continue
+                for target in targets:
+                    match = ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ipv4_dst=target)
+                    flows[(TABLE_FORWARD, PRIO_BG_BELOW, match)] = ofmsg.flow_add(
+                        TABLE_FORWARD, PRIO_BG_BELOW, match, actions, cookie=ck)
         return flows
 
     def _used_groups(self, state: _SwitchState, flows) -> dict[int, tuple[int, ...]]:
