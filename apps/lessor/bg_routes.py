@@ -29,7 +29,8 @@ traffic matrix, the BG a tenant puts on a link is at most
 and a link's bound is the sum over tenants. The packing keeps every
 switch-to-switch link's bound within mu x C where it can: largest guarantee
 first, each VM on the up-path whose most loaded link (bound / mu C) would be
-least loaded, then least total over the links it changes, then path order
+least loaded, then the least it adds (relative to mu C) over the links it
+changes, then path order
 (the longest-processing-time rule of bin packing). After a change (a link,
 a reload), VMs keep their up-paths while those still work and the packing
 stays within mu x C; otherwise the whole packing is redone and the better
@@ -277,11 +278,10 @@ def _pack(view: NetworkView, vms: list[HoseVm], mu: float, keep: Mapping[str, tu
                 continue
             worst = total = 0.0
             for link, dsts in reach.items():
-                after = load.get(link, 0.0) - counts.term(link, vm.tenant) + \
-                    counts.term(link, vm.tenant, vm.address, dsts)
+                added = counts.term(link, vm.tenant, vm.address, dsts) - counts.term(link, vm.tenant)
                 cap = mu * view.capacity(*link)
-                util = after / cap if cap > 0 else float("inf")
-                worst, total = max(worst, util), total + util
+                util = (load.get(link, 0.0) + added) / cap if cap > 0 else float("inf")
+                worst, total = max(worst, util), total + (added / cap if cap > 0 else float("inf"))
             key = (worst, total, n)
             if best is None or key < best[0]:
                 best = (key, up, reach)
