@@ -61,6 +61,7 @@ class Meter:
         self._stop = threading.Event()
         self.t0 = time.time()
         self._readers: dict[str, subprocess.Popen] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
     def _nft(self, host: str, *args: str, stdin: str | None = None) -> str:
         res = self.fab.run_in(host, "nft", *args, stdin=stdin)
@@ -82,35 +83,30 @@ class Meter:
             vms = [self.fab.ip(r) for r in self.receivers if r != h and server_of(r) == h]
             rules = _meter_rules(self.fab.ip, self.senders, vms)
             self._nft(h, "-f", "-", stdin="table ip bwfmeter {}\ndelete table ip bwfmeter\n" + rules)
-            # one shell per host that stays: each read is its nft alone, stamped just before and after
-            # by the shell's clock (EPOCHREALTIME, no process started for it). Spawned per read (mnexec
-            # + nft), a read's middle was up to ~100 ms from when nft read the kernel under load: a
-            # 0.55 s sample of every VM at once read 20 % low, the next one as much high
-            self._readers[h] = self.fab.popen_in(h, ["bash", "-c", READER], stdin=subprocess.PIPE,
-                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            # one nft per host that stays (``nft -i``: a command per line, a JSON listing per line), each
+            # read stamped just before it is asked and just after its answer: the stamps bracket the kernel
+            # dump alone. A shell spawning nft per read (fork, exec, library and cache set-up under the
+            # stamps) bracketed 10-100+ ms on a loaded machine: every VM's 0.55 s sample read 20 % low at
+            # once, the next one as much high
+            self._readers[h] = self.fab.popen_in(h, READER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self._pool = ThreadPoolExecutor(max_workers=len(self.where) or 1)
         self.t0 = time.time()
         threading.Thread(target=self._loop, daemon=True).start()
         return self
 
     def read(self) -> tuple[dict[str, int], dict[str, float]]:
         """Each counter's bytes, and when it was read (the middle of its
-        host's ``nft`` call, seconds since start): the hosts are read at once,
-        and the time one read takes varies with the load."""
+        host's listing, asked to answered, seconds since start): the hosts
+        are read at once, and the time one read takes varies with the load."""
         total: dict[str, int] = {}
         when: dict[str, float] = {}
 
         def one(h: str):
             return _read_from(self._readers[h], h, self.t0)
-        # the hosts at once (each read its own time stamp): one after another, 16 reads under load took
-        # up to 5 s, and the 1 s windows were not 1 s
-        for reader in self._readers.values():
-            try:
-                reader.stdin.write("\n")
-                reader.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                pass        # reported by the read
-        with ThreadPoolExecutor(max_workers=min(8, len(self.where) or 1)) as pool:
-            got = list(pool.map(one, self.where))
+        # every host at once, each on a thread of its own (its stamps are its own read's): one after
+        # another, 16 reads under load took up to 5 s, and the 1 s windows were not 1 s
+        got = list(self._pool.map(one, self.where))
         for data, t in got:
             for item in data["nftables"]:
                 rule = item.get("rule")
@@ -177,6 +173,8 @@ class Meter:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         for reader in self._readers.values():
             try:
                 reader.stdin.close()
@@ -197,26 +195,31 @@ class Meter:
         return interval_rates(self.samples)
 
 
-# the per-host reader: for every line on its input, the time, nft's listing of the meter's table, the time
-READER = 'while read -r _; do echo "T $EPOCHREALTIME"; nft -j list table ip bwfmeter; echo "E $EPOCHREALTIME"; done'
+# the per-host reader: nft in interactive mode, a JSON listing per command line
+READER = ["nft", "-j", "-i"]
+LIST = "list table ip bwfmeter\n"
 
 
 def _read_from(reader: subprocess.Popen, host: str, t0: float) -> tuple[dict, float]:
-    """One answer of a :data:`READER` (asked already): the listing, and the
-    middle of the nft call in seconds since ``t0``."""
-    start = listing = None
-    while True:
-        line = reader.stdout.readline()
-        if not line:
-            raise RuntimeError(f"nft on {host}: the meter's reader ended")
-        if line.startswith("T "):
-            start = float(line[2:].replace(",", "."))
-        elif line.startswith("E "):
-            if start is None or listing is None:
-                raise RuntimeError(f"nft on {host}: no listing of table ip bwfmeter")
-            return listing, (start + float(line[2:].replace(",", "."))) / 2 - t0
-        elif line.startswith("{"):
-            listing = json.loads(line)
+    """Ask a :data:`READER` for the meter's table and read its answer: the
+    listing, and the middle of asked-to-answered in seconds since ``t0``."""
+    asked = time.time()
+    try:
+        reader.stdin.write(LIST)
+        reader.stdin.flush()
+    except (BrokenPipeError, ValueError, OSError) as exc:
+        raise RuntimeError(f"nft on {host}: the meter's reader ended ({exc})") from None
+    line = reader.stdout.readline()
+    answered = time.time()
+    if not line:
+        raise RuntimeError(f"nft on {host}: the meter's reader ended")
+    try:
+        listing = json.loads(line)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"nft on {host}: no listing of table ip bwfmeter ({line[:80]!r})") from None
+    if not isinstance(listing, dict) or "nftables" not in listing:
+        raise RuntimeError(f"nft on {host}: no listing of table ip bwfmeter ({line[:80]!r})")
+    return listing, (asked + answered) / 2 - t0
 
 
 def interval_rates(samples: list[tuple[float, dict[str, int], dict[str, float]]]) -> list[dict]:
