@@ -50,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from apps.lessor.pmpt import check_mu
 from controller.network_view import NetworkView
 from controller.validate import finite_number
 
@@ -188,11 +189,6 @@ class _Counts:
         return sum(self.term(link, t) for t in self.tenants(link))
 
 
-def check_mu(mu) -> None:
-    if not (finite_number(mu) and 0 < mu <= 1):
-        raise ValueError(f"BG routes: mu={mu!r} must be a number in (0, 1]")
-
-
 def pack(view: NetworkView, vms: Iterable[HoseVm], mu: float,
          previous: Mapping[str, tuple[str, ...]] | None = None) -> BgRoutes:
     """Each VM's up-path (see the module's text). ``previous``: the up-paths
@@ -209,13 +205,11 @@ def pack(view: NetworkView, vms: Iterable[HoseVm], mu: float,
         seen.add(vm.address)
         if vm.host not in view.graph or not view.is_host(vm.host):
             raise ValueError(f"BG routes: {vm.address}'s host {vm.host!r} is not a host of the fabric")
-    fresh = _pack(view, vms, mu, {})
-    if not previous:
-        return fresh
-    kept = _pack(view, vms, mu, previous)
-    if not kept.over or _worst(view, kept, mu) <= _worst(view, fresh, mu) + TOLERANCE:
+    kept = _pack(view, vms, mu, previous or {})
+    if not previous or not kept.over:
         return kept
-    return fresh
+    fresh = _pack(view, vms, mu, {})
+    return kept if _worst(view, kept, mu) <= _worst(view, fresh, mu) + TOLERANCE else fresh
 
 
 def _worst(view: NetworkView, routes: BgRoutes, mu: float) -> float:

@@ -6,7 +6,6 @@ WC of the same VMs still spreads over both; a destination below stays below."""
 
 import json
 import re
-import socket
 import subprocess
 import time
 
@@ -18,15 +17,10 @@ from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
 from mininet_topos import builders
+from tests.unit.test_controller_process import _free_port
 
 pytestmark = pytest.mark.root
 VMS = {"analytics": ("h1", "h9"), "batch": ("h2", "h10")}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _trace(switch: str, flow: str) -> str:
