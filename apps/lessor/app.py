@@ -75,15 +75,18 @@ class LessorApp(ForwardingApp):
 
     def config_changed(self, old, new):
         """LESSOR's settings follow a reload: epsilon and the long-flow
-        threshold at once, the polling bounds from the next decision on."""
+        threshold at once, the polling bounds from the next decision on.
+        The new BG routes are sent under the lock they were computed under:
+        a port event handled meanwhile would otherwise send its newer routes
+        first and have them reverted by these."""
         with self.lock:
             self.lessor.reconfigure(new.cfg.lessor.polling.polling_config(), new.cfg.lessor.epsilon,
                                     new.cfg.lessor.long_flow_bytes)
             updates = self.lessor.set_bg(bg_policy(new))
             self._log_bg_routes()
-        for sw, msgs in updates.items():
-            if sw in self.datapaths:
-                self.send(sw, msgs)
+            for sw, msgs in updates.items():
+                if sw in self.datapaths:
+                    self.send(sw, msgs)
 
     def _log_bg_routes(self):
         routes = self.lessor.bg_routes

@@ -101,3 +101,85 @@ def test_bg_policy_follows_the_declared_tenants(tmp_path, app_config):
     app_config(topo, controller={"routing": "lessor", "prio_queues": True}, tenants=tenants,
                agents=AGENTS, lessor={"bg_first": False})
     assert bg_policy(config.load(path)).guarantee_bps == {}
+
+
+def test_a_reload_racing_a_link_change_leaves_the_switches_as_lessor_holds_them(tmp_path, app_config):
+    """A reload that repacks the default BG routes and a port-down event that
+    repacks them again, the event let in while the reload is sending: what
+    the switches end with (every message applied in the order sent) is what
+    LESSOR's final state installs on a fresh switch -- the reload's older
+    updates must not land after the event's newer ones and revert them."""
+    import threading
+
+    from controller import config, ofmsg
+    from controller.fakenet import FakeNetwork
+    from controller.pipeline import PRIO_BG_BELOW, PRIO_BG_UP
+
+    key = tmp_path / "agent.key"
+    key.write_bytes(b"k" * 32)
+    key.chmod(0o600)
+    topo = builders.fattree(4, link_mbps=10, fabric_mbps=5)
+    hosts = [f"h{i}" for i in range(1, 17)]
+    agents = {"hosts": {h: {"address": f"unix:{tmp_path}/{h}.sock", "key_file": str(key)}
+                        for h in hosts[0::4] + hosts[1::4]}}
+
+    def write(with_a):
+        tenants = {"b": {"vms": {h: {"host": h, "guarantee_mbps": 4.0} for h in hosts[1::4]}}}
+        if with_a:
+            tenants["a"] = {"vms": {h: {"host": h, "guarantee_mbps": 4.0} for h in hosts[0::4]}}
+        return app_config(topo, controller={"routing": "lessor", "prio_queues": True}, tenants=tenants,
+                          agents={"hosts": {h: agents["hosts"][h] for t in tenants.values() for h in t["vms"]}},
+                          admission={"mu": 0.9})
+
+    write(False)
+    inst = LessorApp()
+    view = NetworkView(topo)
+    net = FakeNetwork(view)
+    applied = threading.Lock()
+    reloading, event_sent, event_ran = threading.Event(), threading.Event(), threading.Event()
+    reload_thread: list[threading.Thread] = []
+
+    def send(sw, msgs):
+        if reload_thread and threading.current_thread() is reload_thread[0] and not reloading.is_set():
+            reloading.set()
+            event_sent.wait(timeout=1.0)     # a correct app holds its lock: the event cannot run meanwhile
+        with applied:
+            net.apply(sw, [m for m in msgs if isinstance(m, (ofmsg.FlowMod, ofmsg.GroupMod, ofmsg.MeterMod))])
+
+    inst.send = send
+    for sw in view.switches:
+        inst.datapaths[sw] = RecordingDatapath(view.dpid(sw))
+        send(sw, inst.logic.switch_connected(sw))
+    before = dict(inst.lessor.bg_routes.up)
+    assert before
+
+    def fail_a_link_of_a_bg_route():     # the up-path of a VM the reload brought
+        path = min(p for vm, p in inst.lessor.bg_routes.up.items() if vm not in before)
+        inst._port_changed(path[1], view.port(path[1], path[2]), False)
+        event_ran.set()
+
+    def event():
+        reloading.wait(timeout=10)
+        inst.handle("port_status", fail_a_link_of_a_bg_route)
+        event_sent.set()
+
+    new = config.load(write(True))
+    reload_thread.append(threading.Thread(target=inst.config_changed, args=(inst.config, new)))
+    ev_thread = threading.Thread(target=event)
+    reload_thread[0].start(), ev_thread.start()
+    reload_thread[0].join(timeout=20), ev_thread.join(timeout=20)
+    assert reloading.is_set() and event_ran.is_set(), "the reload sent nothing, or the event never ran"
+    assert inst.lessor.bg_routes.up != before
+    assert net.errors() == {}
+
+    fresh = FakeNetwork(view)
+    for sw in view.switches:
+        fresh.apply(sw, [m for m in inst.logic.switch_connected(sw)
+                         if isinstance(m, (ofmsg.FlowMod, ofmsg.GroupMod, ofmsg.MeterMod))])
+
+    def tables(n, prios=None):
+        return {sw: (sorted(repr(f) for f in n.switches[sw].flows() if prios is None or f.priority in prios),
+                     sorted(map(repr, n.switches[sw].groups.values())) if prios is None else [])
+                for sw in view.switches}
+    assert tables(net, (PRIO_BG_UP, PRIO_BG_BELOW)) == tables(fresh, (PRIO_BG_UP, PRIO_BG_BELOW))
+    assert tables(net) == tables(fresh)
