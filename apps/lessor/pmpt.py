@@ -85,9 +85,11 @@ class LongFlow:
     # flows that must share one path: the BG of one VM to one ToR, whose
     # split among its flows the fabric cannot know (None: the flow alone)
     bundle: Hashable = None
-    # a BG flow's default route (apps.lessor.bg_routes), the switches from
-    # src_tor to dst_tor: it is placed there (the switches send its BG
-    # that way whatever LESSOR installs), its BG counted on every link
+    # the switches from src_tor to dst_tor the flow is placed on, not chosen
+    # here: a BG flow's default route (apps.lessor.bg_routes: the switches
+    # send its BG that way whatever LESSOR installs), its BG counted on
+    # every link; or a flow LESSOR will not move (LessorLogic.host_limited),
+    # its demand counted on every link, the other flows placed around it
     fixed_path: tuple[str, ...] | None = None
 
     @property
@@ -221,8 +223,6 @@ def check_inputs(flows: list[LongFlow], paths: PathDictionary) -> None:
             raise ValueError(f"flow {f.key!r}: bg {f.bg!r} must be a finite number in [0, {MAX_DEMAND_BPS:g}]")
         if f.fixed_path is not None:
             p = f.fixed_path
-            if not f.bg > 0:
-                raise ValueError(f"flow {f.key!r}: a fixed path is for BG flows (bg > 0)")
             if not isinstance(p, tuple) or not p or p[0] != f.src_tor or p[-1] != f.dst_tor or \
                     any((a, b) not in paths.index for a, b in zip(p, p[1:])):
                 raise ValueError(f"flow {f.key!r}: fixed path {p!r} is not a path of switch links from "
@@ -265,9 +265,20 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
     t_start = time.perf_counter()
     flows = list(flows)
     check_inputs(flows, paths)
+    # flows kept where they are (not BG): their demands on their paths, the rest placed around them
+    kept = {f.key: f for f in flows if f.fixed_path is not None and not f.bg > 0 and f.src_tor != f.dst_tor
+            and all(paths.up(paths.index[lk]) for lk in zip(f.fixed_path, f.fixed_path[1:]))}
+    kept_load = np.zeros(len(paths.capacity))
+    for f in kept.values():
+        for lk in zip(f.fixed_path, f.fixed_path[1:]):
+            kept_load[paths.index[lk]] += f.demand
     bg = [f for f in flows if f.bg > 0 and f.src_tor != f.dst_tor]
     if not bg:
-        return _place_all(flows, paths, paths.capacity, epsilon, max_phases, t_start)
+        if not kept:
+            return _place_all(flows, paths, paths.capacity, epsilon, max_phases, t_start)
+        residual = np.maximum(paths.capacity - kept_load, RESIDUAL_FLOOR * paths.capacity)
+        alloc = _place_all([f for f in flows if f.key not in kept], paths, residual, epsilon, max_phases, t_start)
+        return _with_kept(alloc, kept, t_start)
     # BG on its default route goes there; the rest of BG is placed around it
     preload = np.zeros(len(paths.capacity))
     fixed = {}
@@ -278,9 +289,10 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
                 preload[paths.index[lk]] += f.bg
     bg_path, bg_load, bg_unroutable = place_bg([f for f in bg if f.key not in fixed], paths, mu, preload)
     bg_path.update(fixed)
-    residual = np.maximum(paths.capacity - bg_load, RESIDUAL_FLOOR * paths.capacity)
-    alloc = _place_all([f for f in flows if f.key not in bg_path and f.key not in bg_unroutable], paths,
-                       residual, epsilon, max_phases, t_start)
+    residual = np.maximum(paths.capacity - bg_load - kept_load, RESIDUAL_FLOOR * paths.capacity)
+    alloc = _place_all([f for f in flows if f.key not in bg_path and f.key not in bg_unroutable
+                        and f.key not in kept], paths, residual, epsilon, max_phases, t_start)
+    _with_kept(alloc, kept, t_start)
     for f in bg:
         if f.key in bg_path:
             alloc.flow_path[f.key] = bg_path[f.key]
@@ -289,6 +301,17 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
     alloc.bg_load = {paths.links[i]: float(bg_load[i]) for i in np.flatnonzero(bg_load > 0)}
     alloc.bg_over = [paths.links[i] for i in np.flatnonzero(bg_load > mu * paths.capacity * (1 + 1e-9))]
     alloc.placement = f"BG first ({len(bg_path)} flows); {alloc.placement or 'no other flows'}"
+    alloc.seconds = time.perf_counter() - t_start
+    return alloc
+
+
+def _with_kept(alloc: Allocation, kept: dict[Hashable, LongFlow], t_start: float) -> Allocation:
+    """The allocation with the kept flows on their fixed paths at their demands."""
+    for key, f in kept.items():
+        alloc.flow_path[key] = f.fixed_path
+        alloc.flow_rate[key] = f.demand
+    if kept:
+        alloc.placement = f"{len(kept)} flows kept; {alloc.placement or 'no other flows'}"
     alloc.seconds = time.perf_counter() - t_start
     return alloc
 

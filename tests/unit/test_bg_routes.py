@@ -278,8 +278,30 @@ def test_pmpt_places_bg_itself_when_its_fixed_path_is_down():
     assert alloc.flow_path["bg"] != fixed and (fixed[1], fixed[2]) not in _links(alloc.flow_path["bg"])
 
 
+def test_pmpt_places_kept_flows_on_their_paths_and_the_others_around_them():
+    """A flow LESSOR keeps where it is (not BG) is placed on its fixed path,
+    its demand counted there: the flow that could take either uplink goes
+    where the kept one is not (with or without BG in the same allocation);
+    a kept path that went down is placed afresh."""
+    view = _view()
+    paths = PathDictionary(view)
+    cands = paths.paths("e0_0", "e2_0")[0]
+    a = cands[0]
+    b = next(p for p in cands if p[1] != a[1])            # the other uplink (5 Mb/s each)
+    for extra in ([], [LongFlow("bg", "e0_1", "e3_0", 1e6, bg=1e6)]):
+        for kept in (a, b):
+            flows = [LongFlow("kept", "e0_0", "e2_0", 5e6, fixed_path=kept), LongFlow("free", "e0_0", "e2_0", 5e6),
+                     *extra]
+            alloc = pmpt(flows, paths, mu=MU)
+            assert alloc.flow_path["kept"] == kept and alloc.flow_rate["kept"] == 5e6
+            assert alloc.flow_path["free"][1] != kept[1], (kept, alloc.flow_path)
+    view.set_link_state(a[1], a[2], False)
+    alloc = pmpt([LongFlow("kept", "e0_0", "e2_0", 5e6, fixed_path=a)], paths, mu=MU)
+    assert (a[1], a[2]) not in _links(alloc.flow_path["kept"])
+
+
 @pytest.mark.parametrize("kw,match", [
-    (dict(bg=0.0, fixed_path=("e0_0", "a0_0", "c1", "a2_0", "e2_0")), "BG flows"),
+    (dict(bg=0.0, fixed_path=("e0_0", "a0_0", "c1", "a2_1", "e2_0")), "fixed path"),
     (dict(bg=1e6, fixed_path=("e0_1", "a0_0", "c1", "a2_0", "e2_0")), "fixed path"),
     (dict(bg=1e6, fixed_path=("e0_0", "c1", "e2_0")), "fixed path"),
     (dict(bg=1e6, fixed_path=["e0_0", "a0_0", "c1", "a2_0", "e2_0"]), "fixed path"),

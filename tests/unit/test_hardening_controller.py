@@ -357,6 +357,54 @@ def test_fabric_limited_flows_are_still_moved_apart():
     assert not (links_a & links_b) - {l for l in links_a if l[0].startswith("e") or l[1].startswith("e")}
 
 
+def test_a_flow_starved_between_two_queues_is_owed_its_share_and_moved():
+    """lessor-permutation seed 11, 60 s: h10 -> h15 shared h15's link with
+    two other flows (3.3 Mb/s each) and the aggregation -> ToR link a3_0 ->
+    e3_1 with h5 -> h16, which filled it. TCP gave it 0.33 Mb/s; LESSOR
+    took that for its demand and pinned it (h15's link is saturated), so it
+    stayed there for the whole run. Now it is owed h15's equal share and the
+    next allocation takes it off that link; the flows into h15 that share
+    no busy link with other hosts' traffic stay pinned."""
+    import random
+    from apps.lessor.logic import Installed
+    view, logic, net = _setup()
+    _poll(logic, net, 0.0)
+    flows = [("h2", "h15", 1000), ("h4", "h15", 1000), ("h10", "h15", 1000), ("h5", "h16", 1000)]
+    rates = {"h2": 4.9, "h4": 4.7, "h10": 0.33, "h5": 9.5}
+    _rounds(logic, net, flows, lambda s: rates[s], 3, random.Random(6))
+    key = {s: (view.ip(s), view.ip(d), 6, p, 80) for s, d, p in flows}
+    squeeze = {"h10": ("h10", "e2_0", "a2_0", "c1", "a3_0", "e3_1", "h15"),
+               "h5": ("h5", "e1_0", "a1_0", "c1", "a3_0", "e3_1", "h16")}
+    for s, path in squeeze.items():
+        for sw in path[1:-1]:
+            net.apply(sw, logic._entries(key[s], path, only=sw))
+        logic.installed[key[s]] = Installed(path, 0.0)
+    for s, path in squeeze.items():
+        assert net.trace(s, net.packet(s, path[-1], sport=1000)).path == path[1:-1]
+    for s, d, sport in flows:                     # one more second at these rates, polled
+        for _ in range(round(rates[s] * 1e6 / 8 / 9000)):
+            net.trace(s, net.packet(s, d, sport=sport, length=9000))
+    _poll(logic, net, 4.0)
+    starved = logic.starved()
+    assert set(starved) == {key["h10"]} and starved[key["h10"]] == pytest.approx(10e6 / 3)
+    long_flows = logic.long_flows()
+    demand = {f.key: f.demand for f in long_flows}
+    assert [demand[key[s]] for s in ("h2", "h4", "h10")] == pytest.approx([10e6 / 3] * 3)   # h15's equal shares
+    # h2 and h4 are kept (nothing of other hosts on their busy links); h5 -> h16 no longer: what
+    # h10 is owed makes the link they share a second bottleneck for it too
+    assert logic.host_limited() == {key["h2"], key["h4"]}
+    assert logic.allocation_needed(long_flows)
+    allocation = logic.allocate(long_flows)
+    for s in ("h2", "h4"):                        # kept, and placed where they are kept
+        assert allocation.flow_path[key[s]] == logic.installed[key[s]].path[1:-1]
+    for sw, msgs in logic.install(allocation, long_flows):
+        net.apply(sw, msgs)
+    links = lambda s: set(view.path_links(logic.installed[key[s]].path[1:-1]))
+    assert ("a3_0", "e3_1") not in links("h10")
+    assert not (links("h10") & links("h5")), (logic.installed[key["h10"]].path, logic.installed[key["h5"]].path)
+    assert net.trace("h10", net.packet("h10", "h15", sport=1000)).path == logic.installed[key["h10"]].path[1:-1]
+
+
 def test_an_absurd_counter_jump_does_not_become_an_absurd_demand():
     """A trusted flow whose counter leaps to 2^64-1 (a switch reporting
     garbage): it counts as an elephant, whose demand is its NIC share
