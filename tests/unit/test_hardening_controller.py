@@ -357,17 +357,15 @@ def test_fabric_limited_flows_are_still_moved_apart():
     assert not (links_a & links_b) - {l for l in links_a if l[0].startswith("e") or l[1].startswith("e")}
 
 
-def test_a_flow_starved_between_two_queues_is_owed_its_share_and_moved():
-    """lessor-permutation seed 11, 60 s: h10 -> h15 shared h15's link with
-    two other flows (3.3 Mb/s each) and the aggregation -> ToR link a3_0 ->
-    e3_1 with h5 -> h16, which filled it. TCP gave it 0.33 Mb/s; LESSOR
-    took that for its demand and pinned it (h15's link is saturated), so it
-    stayed there for the whole run. Now it is owed h15's equal share and the
-    next allocation takes it off that link; the flows into h15 that share
-    no busy link with other hosts' traffic stay pinned."""
+def _seed11_squeeze(guaranteed=()):
+    """The flows into h15 and h5 -> h16 placed, then h10 -> h15 and h5 ->
+    h16 forced onto one aggregation -> ToR link (as LESSOR had them)."""
     import random
+    from apps.lessor.bg import BgPolicy
     from apps.lessor.logic import Installed
     view, logic, net = _setup()
+    if guaranteed:
+        logic.set_bg(BgPolicy({view.ip(h): 1e6 for h in guaranteed}, {view.ip(h): 10100 for h in guaranteed}, 0.9))
     _poll(logic, net, 0.0)
     flows = [("h2", "h15", 1000), ("h4", "h15", 1000), ("h10", "h15", 1000), ("h5", "h16", 1000)]
     rates = {"h2": 4.9, "h4": 4.7, "h10": 0.33, "h5": 9.5}
@@ -385,6 +383,19 @@ def test_a_flow_starved_between_two_queues_is_owed_its_share_and_moved():
         for _ in range(round(rates[s] * 1e6 / 8 / 9000)):
             net.trace(s, net.packet(s, d, sport=sport, length=9000))
     _poll(logic, net, 4.0)
+    return view, logic, net, flows, rates, key
+
+
+def test_a_flow_starved_between_two_queues_is_owed_its_share_and_moved():
+    """lessor-permutation seed 11, 60 s: h10 -> h15 shared h15's link with
+    two other flows (3.3 Mb/s each) and the aggregation -> ToR link a3_0 ->
+    e3_1 with h5 -> h16, which filled it. TCP gave it 0.33 Mb/s; LESSOR
+    took that for its demand and pinned it (h15's link is saturated), so it
+    stayed there for the whole run. Now it is owed h15's equal share and the
+    next allocation takes it off that link; the flows into h15 that share
+    no busy link with other hosts' traffic stay pinned."""
+    import random
+    view, logic, net, flows, rates, key = _seed11_squeeze()
     starved = logic.starved()
     assert set(starved) == {key["h10"]} and starved[key["h10"]] == pytest.approx(10e6 / 3)
     assert logic.state()["starved"] == [[*key["h10"], pytest.approx(10e6 / 3)]]
@@ -407,9 +418,19 @@ def test_a_flow_starved_between_two_queues_is_owed_its_share_and_moved():
     # off the second queue it is no longer starved by the test, and TCP is slow to give it its share:
     # it stays owed (taken at its measured rate again it was moved back, and on, in emulation)
     moved_to, before = logic.installed[key["h10"]].path, logic.reroutes
-    _rounds(logic, net, flows, lambda s: rates[s], 4, random.Random(9), t0=5.0)
+    # where it went it shares its busy links with h15's flows alone: kept there, PMPT not rerun
+    assert key["h10"] in logic.host_limited()
+    assert _rounds(logic, net, flows, lambda s: rates[s], 4, random.Random(9), t0=5.0) == []
     assert logic.starved() == {key["h10"]: pytest.approx(10e6 / 3)}
     assert logic.installed[key["h10"]].path == moved_to and logic.reroutes == before
+
+
+def test_a_guaranteed_vms_slow_flow_is_wc_not_starved():
+    """The same place, h10 a VM with a guarantee: what it sends beyond its BG
+    is WC, which yields to BG by design: not starved, nothing owed."""
+    view, logic, net, flows, rates, key = _seed11_squeeze(guaranteed=("h10",))
+    assert logic.starved() == {} and logic.owed == {}
+    assert {f.key: f.demand for f in logic.long_flows()}[key["h10"]] < 1e6
 
 
 def test_an_absurd_counter_jump_does_not_become_an_absurd_demand():
