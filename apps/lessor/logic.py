@@ -322,19 +322,15 @@ class LessorLogic:
 
     def host_limited(self, flows: list[LongFlow] | None = None) -> set[FiveTuple]:
         """Installed flows (of ``flows``; all if None) on working paths that
-        no move can speed up: none of their fabric links is busier than
-        FABRIC_BUSY (whatever limits them is not the fabric: their hosts or
-        their application), or the link of their source or destination host
+        no move can speed up: the link of their source or destination host
         is saturated (whatever a move gains for one flow into that host,
-        another loses) and no busy fabric link of theirs carries a tenth of
-        its capacity or more of other hosts' flows. With such a link the flow
-        meets two congested queues, and TCP gives it a fraction of its share
-        at the host's: moving it off is what helps (a link that carries only
-        the saturated host's own flows is the host's bottleneck again, and
-        moving them churns -- lessor-many2one)."""
+        another loses) -- unless the flow is starved (:meth:`starved`: a
+        second congested queue is what holds it) -- or none of their fabric
+        links is busier than FABRIC_BUSY (whatever limits them is not the
+        fabric: their hosts or their application)."""
         util = self.fabric_utilisation()
         saturated = self.saturated_hosts()
-        loads = self._link_flow_rates(self.starved())
+        owed = self.starved()
         out = set()
         for key in (sorted(self.installed) if flows is None else [f.key for f in flows]):
             inst = self.installed.get(key)
@@ -342,26 +338,18 @@ class LessorLogic:
                 continue
             if not all(self.view.link_up(u, v) for u, v in self.view.path_links(inst.path)):
                 continue
-            busy = [link for link in self.view.path_links(inst.path[1:-1]) if util.get(link, 0.0) >= FABRIC_BUSY]
-            if not busy:
-                out.add(key)
-                continue
-            ends = {inst.path[0], inst.path[-1]} & saturated
-            if ends and not any(self._foreign_load(loads[link], ends) >= DEMAND_BAND * self.view.capacity(*link)
-                                for link in busy):
+            if (inst.path[0] in saturated or inst.path[-1] in saturated) and key not in owed or \
+                    all(util.get(link, 0.0) < FABRIC_BUSY for link in self.view.path_links(inst.path[1:-1])):
                 out.add(key)
         return out
 
-    def _link_flow_rates(self, owed: dict[FiveTuple, float] | None = None
-                         ) -> dict[tuple[str, str], list[tuple[str, str, float]]]:
-        """Per switch-to-switch link: (source host, destination host, rate) of
-        each installed long flow that crosses it -- its predicted rate, or
-        what it is ``owed`` if more (a starved flow's share)."""
+    def _link_flow_rates(self) -> dict[tuple[str, str], list[tuple[str, str, float]]]:
+        """Per switch-to-switch link: (source host, destination host, predicted
+        rate) of each installed long flow that crosses it."""
         out: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
         for key, inst in self.installed.items():
             st = self.table.flows.get(key)
             rate = st.predicted if st is not None and st.predicted is not None else 0.0
-            rate = max(rate, (owed or {}).get(key, 0.0))
             for link in self.view.path_links(inst.path[1:-1]):
                 out.setdefault(link, []).append((inst.path[0], inst.path[-1], rate))
         return out
@@ -395,10 +383,11 @@ class LessorLogic:
             return True
         if any(abs(f.demand - demands[f.key]) > DEMAND_BAND * demands[f.key] for f in flows):
             return True
-        # a flow the fabric holds below its demand (on a busy link): another placement may help
+        # a flow the fabric holds below its demand (on a busy link): another placement may help --
+        # not a starved flow's owed share, which the last allocation placed (TCP is slow to take it)
         for f in flows:
             st = self.table.flows.get(f.key)
-            if f.key not in free and st is not None and st.predicted is not None \
+            if f.key not in free and f.key not in self.owed and st is not None and st.predicted is not None \
                     and st.predicted < (1 - DEMAND_BAND) * f.demand:
                 return True
         return False
