@@ -260,61 +260,73 @@ class LessorLogic:
         return {link: load / self.view.capacity(*link) for link, load in loads.items()
                 if self.view.capacity(*link) > 0}
 
-    def saturated_hosts(self) -> set[str]:
-        """Hosts whose link carries (as the known long flows' predicted rates
-        add up, in either direction) at least FABRIC_BUSY of its capacity."""
-        out_load: dict[str, float] = {}
-        in_load: dict[str, float] = {}
+    def _host_links(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The saturated directions of host links, as the known long flows'
+        predicted rates add up to at least FABRIC_BUSY of the NIC: {host:
+        long flows leaving it} for hosts whose sending is saturated, {host:
+        long flows entering it} for those whose receiving is. A link is full
+        duplex: a host sending at its NIC rate limits nothing it receives."""
+        load: dict[tuple[str, str], float] = {}
+        count: dict[tuple[str, str], int] = {}
         for st in self.table.flows.values():
             if not st.long or st.predicted is None:
                 continue
-            src, dst = self.view.host_by_ip(st.key[0]), self.view.host_by_ip(st.key[1])
-            out_load[src] = out_load.get(src, 0.0) + st.predicted
-            in_load[dst] = in_load.get(dst, 0.0) + st.predicted
-        return {h for load in (out_load, in_load) for h, rate in load.items()
-                if h is not None and rate >= FABRIC_BUSY * self._nic(self.view.ip(h))}
+            for way, ip in (("out", st.key[0]), ("in", st.key[1])):
+                host = self.view.host_by_ip(ip)
+                if host is not None:
+                    load[(way, host)] = load.get((way, host), 0.0) + st.predicted
+                    count[(way, host)] = count.get((way, host), 0) + 1
+        busy = {k for k, rate in load.items() if rate >= FABRIC_BUSY * self._nic(self.view.ip(k[1]))}
+        return ({h: count[(w, h)] for w, h in busy if w == "out"}, {h: count[(w, h)] for w, h in busy if w == "in"})
+
+    def saturated_hosts(self) -> set[str]:
+        """Hosts whose link is saturated in one direction or the other."""
+        sending, receiving = self._host_links()
+        return set(sending) | set(receiving)
+
+    def _held_at_hosts(self, path: tuple[str, ...], sending: dict[str, int], receiving: dict[str, int]
+                       ) -> tuple[str | None, str | None]:
+        """(the source host if its sending is saturated, the destination host if its receiving is)."""
+        return (path[0] if path[0] in sending else None, path[-1] if path[-1] in receiving else None)
 
     def starved(self) -> dict[FiveTuple, float]:
         """Installed flows the fabric starves, and the rate each is owed.
-        A flow into (or from) a saturated host link that also crosses a busy
-        fabric link carrying a tenth of its capacity or more of other hosts'
-        flows meets two congested queues, and TCP gives it a fraction of its
-        share at the host's. Measured at less than STARVED_FRACTION of that
-        host link's equal share (its capacity over the long flows that meet
-        there), it is owed the equal share: its starved rate is not what it
-        wants, and taken for its demand it let PMPT pack it beside the flow
-        that fills the second queue -- starved for good (lessor-permutation
-        seed 11: h10 -> h15 at 0.33 Mb/s of 3.3 for 60 s, docs/results.md).
-        The controller cannot tell such a flow from one its application
-        holds that low; above the fraction a flow's measured rate stands.
-        Once owed, a flow stays owed while it is installed and its host link
-        saturated: moved off the second queue it is not starved by this test
-        any more, and taken at its measured rate again it was moved back
-        (53 moves in 112 allocations of a 60 s run, against 1 in 16). A
-        flow from a VM with a guarantee is never starved here: what it sends
-        beyond its BG is WC, which yields to BG by design."""
-        saturated = self.saturated_hosts()
-        if not saturated:
+        A flow that leaves a host whose sending is saturated, or enters one
+        whose receiving is, and also crosses a busy fabric link carrying a
+        tenth of its capacity or more of flows that share neither, meets two
+        congested queues, and TCP gives it a fraction of its share at the
+        host's. Measured at less than STARVED_FRACTION of that host link's
+        equal share (its capacity over the long flows that meet there in
+        that direction), it is owed the equal share: its starved rate is not
+        what it wants, and taken for its demand it let PMPT pack it beside
+        the flow that fills the second queue -- starved for good
+        (lessor-permutation seed 11: h10 -> h15 at 0.33 Mb/s of 3.3 for
+        60 s, docs/results.md). The controller cannot tell such a flow from
+        one its application holds that low; above the fraction a flow's
+        measured rate stands. Once owed, a flow stays owed while it is
+        installed and held at that host: moved off the second queue it is
+        not starved by this test any more, and taken at its measured rate
+        again it was moved back (53 moves in 112 allocations of a 60 s run,
+        against 1 in 16). A flow from a VM with a guarantee is never starved
+        here: what it sends beyond its BG is WC, which yields to BG by
+        design."""
+        sending, receiving = self._host_links()
+        if not sending and not receiving:
             self.owed = {}
             return {}
         util = self.fabric_utilisation()
         loads = self._link_flow_rates()
-        count: dict[str, int] = {}
-        for st in self.table.flows.values():
-            if st.long and st.predicted is not None:
-                for ip in st.key[:2]:
-                    host = self.view.host_by_ip(ip)
-                    count[host] = count.get(host, 0) + 1
         out = {}
         for key, inst in self.installed.items():
             st = self.table.flows.get(key)
-            ends = {inst.path[0], inst.path[-1]} & saturated
-            if st is None or st.predicted is None or not ends or key[0] in self.bg.guarantee_bps:
+            src, dst = self._held_at_hosts(inst.path, sending, receiving)
+            if st is None or st.predicted is None or (src, dst) == (None, None) or key[0] in self.bg.guarantee_bps:
                 continue
-            share = min(self.view.capacity(h, self.view.host_switch(h)[0]) / count[h] for h in ends)
+            share = min(([self._nic(key[0]) / sending[src]] if src is not None else [])
+                        + ([self._nic(key[1]) / receiving[dst]] if dst is not None else []))
             if key in self.owed or (st.predicted < STARVED_FRACTION * share and any(
                     util.get(link, 0.0) >= FABRIC_BUSY and
-                    self._foreign_load(loads[link], ends) >= DEMAND_BAND * self.view.capacity(*link)
+                    self._foreign_load(loads[link], src, dst) >= DEMAND_BAND * self.view.capacity(*link)
                     for link in self.view.path_links(inst.path[1:-1]))):
                 out[key] = share
         self.owed = out
@@ -322,14 +334,14 @@ class LessorLogic:
 
     def host_limited(self, flows: list[LongFlow] | None = None) -> set[FiveTuple]:
         """Installed flows (of ``flows``; all if None) on working paths that
-        no move can speed up: the link of their source or destination host
-        is saturated (whatever a move gains for one flow into that host,
-        another loses) -- unless the flow is starved (:meth:`starved`: a
-        second congested queue is what holds it) -- or none of their fabric
-        links is busier than FABRIC_BUSY (whatever limits them is not the
-        fabric: their hosts or their application)."""
+        no move can speed up: their source host's sending or their
+        destination host's receiving is saturated (whatever a move gains for
+        one flow there, another loses) -- unless the flow is starved
+        (:meth:`starved`: a second congested queue is what holds it) -- or
+        none of their fabric links is busier than FABRIC_BUSY (whatever
+        limits them is not the fabric: their hosts or their application)."""
         util = self.fabric_utilisation()
-        saturated = self.saturated_hosts()
+        sending, receiving = self._host_links()
         owed = self.starved()
         out = set()
         for key in (sorted(self.installed) if flows is None else [f.key for f in flows]):
@@ -338,7 +350,8 @@ class LessorLogic:
                 continue
             if not all(self.view.link_up(u, v) for u, v in self.view.path_links(inst.path)):
                 continue
-            if (inst.path[0] in saturated or inst.path[-1] in saturated) and key not in owed or \
+            at_hosts = self._held_at_hosts(inst.path, sending, receiving) != (None, None)
+            if at_hosts and key not in owed or \
                     all(util.get(link, 0.0) < FABRIC_BUSY for link in self.view.path_links(inst.path[1:-1])):
                 out.add(key)
         return out
@@ -355,9 +368,10 @@ class LessorLogic:
         return out
 
     @staticmethod
-    def _foreign_load(flows: list[tuple[str, str, float]], hosts: set[str]) -> float:
-        """What of a link's load belongs to flows that neither come from nor go to ``hosts``."""
-        return sum(rate for src, dst, rate in flows if src not in hosts and dst not in hosts)
+    def _foreign_load(flows: list[tuple[str, str, float]], src: str | None, dst: str | None) -> float:
+        """What of a link's load belongs to flows that neither leave ``src``
+        nor enter ``dst`` (None: no such host)."""
+        return sum(rate for s, d, rate in flows if (src is None or s != src) and (dst is None or d != dst))
 
     def allocation_needed(self, flows: list[LongFlow]) -> bool:
         """False when every long flow is installed and limited outside the

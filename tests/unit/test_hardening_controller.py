@@ -431,6 +431,37 @@ def test_a_guaranteed_vms_slow_flow_is_wc_not_starved():
     assert {f.key: f.demand for f in logic.long_flows()}[key["h10"]] < 1e6
 
 
+def test_a_host_sending_at_its_nic_rate_does_not_hold_what_it_receives():
+    """lessor-permutation seed 11, third 20 s run: h5 -> h16 and h6 -> h14
+    shared one path from e1_0 (6.4 + 3.6 Mb/s) for 20 s. h14 and h16 each
+    also sent a flow at 9.9 Mb/s, and a host link busy in either direction
+    counted as saturated: both flows were pinned as limited at their hosts.
+    A link is full duplex: neither is, and the next allocation parts them."""
+    import random
+    from apps.lessor.logic import Installed
+    view, logic, net = _setup()
+    _poll(logic, net, 0.0)
+    flows = [("h5", "h16", 1000), ("h6", "h14", 1000), ("h14", "h13", 1000), ("h16", "h8", 1000)]
+    rates = {"h5": 6.4, "h6": 3.6, "h14": 9.9, "h16": 9.9}
+    _rounds(logic, net, flows, lambda s: rates[s], 3, random.Random(10))
+    key = {s: (view.ip(s), view.ip(d), 6, p, 80) for s, d, p in flows}
+    for s, d in (("h5", "h16"), ("h6", "h14")):
+        path = (s, "e1_0", "a1_1", "c4", "a3_1", view.host_switch(d)[0], d)
+        for sw in path[1:-1]:
+            net.apply(sw, logic._entries(key[s], path, only=sw))
+        logic.installed[key[s]] = Installed(path, 0.0)
+    for s, d, sport in flows:                     # one second at these rates, polled
+        for _ in range(round(rates[s] * 1e6 / 8 / 9000)):
+            net.trace(s, net.packet(s, d, sport=sport, length=9000))
+    _poll(logic, net, 4.0)
+    sending, receiving = logic._host_links()
+    assert {"h14", "h16"} <= set(sending) and not {"h14", "h16"} & set(receiving)
+    assert not {key["h5"], key["h6"]} & logic.host_limited()
+    _rounds(logic, net, flows, lambda s: rates[s], 3, random.Random(11), t0=4.0)
+    links = lambda s: set(view.path_links(logic.installed[key[s]].path[1:-1]))
+    assert not links("h5") & links("h6"), (logic.installed[key["h5"]].path, logic.installed[key["h6"]].path)
+
+
 def test_an_absurd_counter_jump_does_not_become_an_absurd_demand():
     """A trusted flow whose counter leaps to 2^64-1 (a switch reporting
     garbage): it counts as an elephant, whose demand is its NIC share
