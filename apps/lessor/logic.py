@@ -37,6 +37,7 @@ from apps.lessor.pre import LONG_FLOW_BYTES, AdaptivePolling, FlowTable, Polling
 from apps.routing.logic import DestinationRouting
 from controller import ofmsg
 from controller.network_view import NetworkView
+from controller.validate import finite_number
 from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, PRIO_EXACT_FLOW, TABLE_ACCOUNT,
                                  TABLE_FORWARD, cookie)
 
@@ -50,6 +51,7 @@ FABRIC_BUSY = 0.85
 # host link's equal share is starved (LessorLogic.starved): TCP-limited flows squeezed between
 # two queues ran at 0.10 of it in emulation; app-limited streams into a busy host sit higher
 STARVED_FRACTION = 0.25
+MOVE_LOG = 200      # moves the state file lists
 DEMAND_BAND = 0.10  # demands moving less than this since the last allocation do not rerun PMPT
 FiveTuple = tuple[str, str, int, int, int]  # src ip, dst ip, proto, src port, dst port
 
@@ -84,6 +86,8 @@ class LessorLogic:
         self.moves_per_allocation: list[int] = []   # installed flows moved by each allocation (last 1000)
         self.pinned: set[FiveTuple] = set()          # installed flows limited outside the fabric (last look)
         self.owed: dict[FiveTuple, float] = {}      # starved flows and their shares (LessorLogic.starved)
+        self.now = 0.0                               # the latest counter reply's time
+        self.move_log: list[tuple[float, FiveTuple, tuple[str, ...], tuple[str, ...]]] = []  # last MOVE_LOG moves
         self.bg = BgPolicy()
         self.bg_routes = BgRoutes()
 
@@ -163,6 +167,7 @@ class LessorLogic:
         switch that is not a ToR -- is counted in ``untrusted`` and left
         alone: it stays on the destination-based defaults, and never reaches
         PMPT (where an unknown host has no NIC rate to estimate from)."""
+        self.now = max(self.now, now) if finite_number(now) else self.now
         for match, byte_count in entries:
             key = self._trusted_key(switch, match, byte_count)
             if key is None:
@@ -456,12 +461,14 @@ class LessorLogic:
             if old is not None:
                 self.reroutes += 1
                 moved += 1
+                self.move_log.append((self.now, key, old.path[1:-1], new.path[1:-1]))
                 for sw in old.path[1:-1]:
                     if sw not in new.path:
                         removals.append((sw, [self._delete(key)]))
         self.installed.update(wanted)
         self.moves_per_allocation.append(moved)
         del self.moves_per_allocation[:-1000]
+        del self.move_log[:-MOVE_LOG]
         return adds + removals
 
     def _keep_current(self, flows: list[LongFlow], wanted: dict) -> dict | None:
@@ -579,6 +586,8 @@ class LessorLogic:
                            for s in self.table.long_flows()],
             "installed": {" ".join(map(str, k)): list(v.path) for k, v in sorted(self.installed.items())},
             "reroutes": self.reroutes,
+            # the last MOVE_LOG moves: [time of the counters they followed, flow..., from ToR path, to ToR path]
+            "move_log": [[t, *key, list(a), list(b)] for t, key, a, b in self.move_log],
             "moves_per_allocation": self.moves_per_allocation[-200:],
             "pinned_host_limited": len(self.host_limited()),
             "starved": [[*key, owed] for key, owed in sorted(self.starved().items())],

@@ -352,6 +352,11 @@ def test_fabric_limited_flows_are_still_moved_apart():
     before = logic.reroutes
     _rounds(logic, net, pair, lambda s: 5.0, 3, random.Random(3), t0=3.0)   # each gets half
     assert logic.reroutes > before
+    # each move is in the state file's move log: when, which flow, from and to which ToR path
+    log = logic.state()["move_log"]
+    assert len(log) == logic.reroutes and {tuple(m[1:6]) for m in log} <= {ka, kb}
+    assert all(m[0] >= 3.0 and m[6] != m[7] for m in log)
+    assert [m[7] for m in log][-1] in (list(logic.installed[ka].path[1:-1]), list(logic.installed[kb].path[1:-1]))
     links_a = set(view.path_links(logic.installed[ka].path[1:-1]))
     links_b = set(view.path_links(logic.installed[kb].path[1:-1]))
     assert not (links_a & links_b) - {l for l in links_a if l[0].startswith("e") or l[1].startswith("e")}
