@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from apps.lessor.bg import BgPolicy
 from apps.lessor.bg_routes import BgRoutes, pack
@@ -52,6 +53,10 @@ FABRIC_BUSY = 0.85
 # two queues ran at 0.10 of it in emulation; app-limited streams into a busy host sit higher
 STARVED_FRACTION = 0.25
 MOVE_LOG = 200      # moves the state file lists
+# a long flow without BG moved less than this long ago is not moved again (route-flap damping): in the
+# main job at guarantees 4,4 16-17 of the 17-22 WC joins each allocation moved were moved 2-5 times in
+# 20 s, and each move reorders an MPTCP subflow whose connection's window then holds its BG subflow
+MOVE_HOLD_S = 10.0
 DEMAND_BAND = 0.10  # demands moving less than this since the last allocation do not rerun PMPT
 FiveTuple = tuple[str, str, int, int, int]  # src ip, dst ip, proto, src port, dst port
 
@@ -88,6 +93,7 @@ class LessorLogic:
         self.owed: dict[FiveTuple, float] = {}      # starved flows and their shares (LessorLogic.starved)
         self.now = 0.0                               # the latest counter reply's time
         self.move_log: list[tuple[float, FiveTuple, tuple[str, ...], tuple[str, ...]]] = []  # last MOVE_LOG moves
+        self.moved_at: dict[FiveTuple, float] = {}   # installed flows' last move (MOVE_HOLD_S)
         self.bg = BgPolicy()
         self.bg_routes = BgRoutes()
 
@@ -462,10 +468,12 @@ class LessorLogic:
                 self.reroutes += 1
                 moved += 1
                 self.move_log.append((self.now, key, old.path[1:-1], new.path[1:-1]))
+                self.moved_at[key] = self.now
                 for sw in old.path[1:-1]:
                     if sw not in new.path:
                         removals.append((sw, [self._delete(key)]))
         self.installed.update(wanted)
+        self.moved_at = {k: t for k, t in self.moved_at.items() if k in self.installed}
         self.moves_per_allocation.append(moved)
         del self.moves_per_allocation[:-1000]
         del self.move_log[:-MOVE_LOG]
@@ -533,6 +541,10 @@ class LessorLogic:
         over_wanted = set(self.bg_over(wanted))
         for u in split:                           # a split bundle goes where the allocation puts it
             mixed.update({k: wanted[k] for k in units.pop(u)})
+        bg = {f.key: f.bg for f in flows}
+        for u in [u for u in units if u[0] == "flow" and not bg.get(u[1], 0.0) > 0
+                  and self.now - self.moved_at.get(u[1], -math.inf) < MOVE_HOLD_S]:
+            del units[u]                          # moved lately: held where it is (MOVE_HOLD_S)
         routed, _ = fewest_moves({k: v.path for k, v in mixed.items()}, {k: v.path for k, v in wanted.items()},
                                  list(units.values()), eff,
                                  {f.key: f.bg for f in flows}, lambda link: self.view.capacity(*link),

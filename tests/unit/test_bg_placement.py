@@ -257,7 +257,7 @@ def test_set_bg_refuses_what_is_not_a_policy():
 
 
 def _main_job_rounds(bg: bool, rounds: int = 14, seed: int = 1, step: dict | None = None,
-                     record: list | None = None) -> list:
+                     record: list | None = None, logic_out: list | None = None) -> list:
     """The main job's long flows through LESSOR's logic on a fake fabric
     (controller.fakenet): each analytics VM one BG first subflow (3 Mb/s)
     and two joins, each batch VM four connections (first subflows and joins)
@@ -310,6 +310,8 @@ def _main_job_rounds(bg: bool, rounds: int = 14, seed: int = 1, step: dict | Non
         else:
             moves.append(None)
     assert logic.bg_over(logic.installed) == []
+    if logic_out is not None:
+        logic_out.append(logic)
     return moves
 
 
@@ -345,3 +347,4 @@ def test_steady_demands_move_nothing_once_placed(bg):
     # uplink, apps.lessor.moves' excess, may come in the fifth; with other seeds the logic before it
     # also moved 1-3 flows in the fifth or later)
     assert sum(m or 0 for m in moves[5:]) == 0, moves
+
