@@ -262,14 +262,8 @@ class LessorLogic:
         """Known load / capacity of every switch-to-switch link: installed
         long flows' predicted rates along their paths (only ToRs are polled;
         flows on the defaults have no known path and count nowhere)."""
-        loads: dict[tuple[str, str], float] = {}
-        for key, inst in self.installed.items():
-            st = self.table.flows.get(key)
-            rate = st.predicted if st is not None and st.predicted is not None else 0.0
-            for link in self.view.path_links(inst.path[1:-1]):
-                loads[link] = loads.get(link, 0.0) + rate
-        return {link: load / self.view.capacity(*link) for link, load in loads.items()
-                if self.view.capacity(*link) > 0}
+        return {link: sum(rate for _, _, rate in flows) / self.view.capacity(*link)
+                for link, flows in self._link_flow_rates().items() if self.view.capacity(*link) > 0}
 
     def _host_links(self) -> tuple[dict[str, int], dict[str, int]]:
         """The saturated directions of host links, as the known long flows'
@@ -546,8 +540,7 @@ class LessorLogic:
                   and self.now - self.moved_at.get(u[1], -math.inf) < MOVE_HOLD_S]:
             del units[u]                          # moved lately: held where it is (MOVE_HOLD_S)
         routed, _ = fewest_moves({k: v.path for k, v in mixed.items()}, {k: v.path for k, v in wanted.items()},
-                                 list(units.values()), eff,
-                                 {f.key: f.bg for f in flows}, lambda link: self.view.capacity(*link),
+                                 list(units.values()), eff, bg, lambda link: self.view.capacity(*link),
                                  lambda path: self.view.path_links(path[1:-1]), self.bg.mu,
                                  lam_wanted * (1 - 1e-9), over_wanted, band=DEMAND_BAND)
         return {k: wanted[k] if k in wanted and routed[k] == wanted[k].path else inst for k, inst in mixed.items()}

@@ -266,12 +266,10 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
     flows = list(flows)
     check_inputs(flows, paths)
     # flows kept where they are (not BG): their demands on their paths, the rest placed around them
-    kept = {f.key: f for f in flows if f.fixed_path is not None and not f.bg > 0 and f.src_tor != f.dst_tor
-            and all(paths.up(paths.index[lk]) for lk in zip(f.fixed_path, f.fixed_path[1:]))}
+    kept = {f.key: f for f in flows if not f.bg > 0 and f.src_tor != f.dst_tor and _fixed_links(f, paths)}
     kept_load = np.zeros(len(paths.capacity))
     for f in kept.values():
-        for lk in zip(f.fixed_path, f.fixed_path[1:]):
-            kept_load[paths.index[lk]] += f.demand
+        kept_load[_fixed_links(f, paths)] += f.demand
     bg = [f for f in flows if f.bg > 0 and f.src_tor != f.dst_tor]
     if not bg:
         if not kept:
@@ -283,10 +281,10 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
     preload = np.zeros(len(paths.capacity))
     fixed = {}
     for f in bg:
-        if f.fixed_path is not None and all(paths.up(paths.index[lk]) for lk in zip(f.fixed_path, f.fixed_path[1:])):
+        links = _fixed_links(f, paths)
+        if links:
             fixed[f.key] = f.fixed_path
-            for lk in zip(f.fixed_path, f.fixed_path[1:]):
-                preload[paths.index[lk]] += f.bg
+            preload[links] += f.bg
     bg_path, bg_load, bg_unroutable = place_bg([f for f in bg if f.key not in fixed], paths, mu, preload)
     bg_path.update(fixed)
     residual = np.maximum(paths.capacity - bg_load - kept_load, RESIDUAL_FLOOR * paths.capacity)
@@ -303,6 +301,15 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
     alloc.placement = f"BG first ({len(bg_path)} flows); {alloc.placement or 'no other flows'}"
     alloc.seconds = time.perf_counter() - t_start
     return alloc
+
+
+def _fixed_links(f: LongFlow, paths: PathDictionary) -> list[int]:
+    """The link indices of a flow's fixed path if every link is up; else (no
+    fixed path, or one that is down: the flow is placed here) none."""
+    if f.fixed_path is None:
+        return []
+    links = [paths.index[lk] for lk in zip(f.fixed_path, f.fixed_path[1:])]
+    return links if all(paths.up(i) for i in links) else []
 
 
 def _with_kept(alloc: Allocation, kept: dict[Hashable, LongFlow], t_start: float) -> Allocation:
