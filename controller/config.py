@@ -123,6 +123,9 @@ class Lessor(_Strict):
                            "subflows, UDP) before the rest, each link's BG within admission.mu x its capacity")
     bg_routes: bool = Field(True, description="with bg_first: every VM's BG on a default route from its first "
                             "packet, packed so each link's hose bound of BG stays within admission.mu x its capacity")
+    fair_receivers: bool = Field(True, description="without prio queues: police the long flows into a host whose "
+                                 "link is saturated at its max-min share, by meters at their source ToRs "
+                                 "(with prio queues the WC policy shares what BG leaves)")
 
 
 class PrioQueues(_Strict):

@@ -32,5 +32,11 @@ def bg_burst_bytes(rate_bytes_per_s: float) -> int:
     return max(BG_BURST_MIN_BYTES, int(rate_bytes_per_s * BG_BURST_S))
 
 
+def meter_burst_kbit(rate_kbps: int) -> int:
+    """A ToR meter's bucket (kilobits) at ``rate_kbps``: the same depth, for
+    the same reason (hosts release GSO super-packets at line rate)."""
+    return bg_burst_bytes(rate_kbps * 1000 / 8) * 8 // 1000
+
+
 QUEUE_BG = 0             # switch queue of BG (and of unclassified, non-IP packets)
 QUEUE_WC = 1

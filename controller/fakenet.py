@@ -54,8 +54,12 @@ class FakeSwitch:
         elif isinstance(msg, ofmsg.GroupMod):
             self._group_mod(msg)
         elif isinstance(msg, ofmsg.MeterMod):
-            if msg.command == "delete":
+            if msg.command == "delete":   # the entries that use it go with it (Open vSwitch's meter delete)
                 self.meters.pop(msg.meter_id, None)
+                for key, entry in list(self.entries.items()):
+                    if any(isinstance(ins, ofmsg.MeterInstruction) and ins.meter_id == msg.meter_id
+                           for ins in entry.flow.instructions):
+                        del self.entries[key]
             elif msg.command == "add" and msg.meter_id in self.meters:
                 self.errors.append(f"meter {msg.meter_id} already exists")
             else:

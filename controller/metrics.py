@@ -44,6 +44,7 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], str]] = {
     "bwfabric_pmpt_flows_placed": ("gauge", (), "long flows the last allocation placed"),
     "bwfabric_bg_routes_vms": ("gauge", (), "VMs whose BG has a default route (LESSOR)"),
     "bwfabric_bg_routes_links_over_mu": ("gauge", (), "links whose default-route BG bound exceeds mu x capacity"),
+    "bwfabric_policed_flows": ("gauge", (), "long flows LESSOR holds to their receivers' fair shares (meters at their source ToRs)"),
     "bwfabric_packet_ins": ("counter", (), "PacketIns received (bwfabric installs rules proactively: expect 0)"),
     "bwfabric_openflow_messages_sent": ("counter", ("kind",), "OpenFlow messages sent to switches, by kind"),
     "bwfabric_switches_connected": ("gauge", (), "switches with a live OpenFlow connection"),

@@ -43,6 +43,12 @@ APP_ACCOUNT = 5  # the learned per-flow counters
 
 COOKIE_APP_MASK = 0xFFFF << 48
 
+# Meter ids, owned as cookies are: prio_queues meters a host's BG with the
+# id of the host's port (below METER_LESSOR_BASE on every switch we know);
+# LESSOR's receiver fairness polices long flows with ids from the base on.
+METER_LESSOR_BASE = 1024
+METER_LESSOR_SLOTS = 1024
+
 
 def cookie(app_id: int, detail: int = 0) -> int:
     return (app_id << 48) | (detail & ((1 << 48) - 1))

@@ -32,6 +32,7 @@ class LessorApp(ForwardingApp):
         self.lessor = self.logic = self.LOGIC(self.view, settings.polling.polling_config(), settings.epsilon,
                                               long_flow_bytes=settings.long_flow_bytes)
         self.lessor.set_bg(bg_policy(self.config))     # no switch connected yet: nothing to send
+        self.lessor.fair_receivers = fair_receivers(self.config)
         self._log_bg_routes()
         self.logger.info("PMPT kernels ready in %.2f s", warm_up(self.lessor.paths))
         self.state_file = self.config.cfg.controller.state_file
@@ -68,6 +69,7 @@ class LessorApp(ForwardingApp):
             yield "bwfabric_packet_ins", {}, self.packet_ins
             yield "bwfabric_bg_routes_vms", {}, len(self.lessor.bg_routes.up)
             yield "bwfabric_bg_routes_links_over_mu", {}, len(self.lessor.bg_routes.over)
+            yield "bwfabric_policed_flows", {}, len(self.lessor.policed)
             if alloc is not None:
                 yield "bwfabric_pmpt_lambda", {}, alloc.lam
                 yield "bwfabric_pmpt_duration_seconds", {}, alloc.seconds
@@ -83,6 +85,7 @@ class LessorApp(ForwardingApp):
             self.lessor.reconfigure(new.cfg.lessor.polling.polling_config(), new.cfg.lessor.epsilon,
                                     new.cfg.lessor.long_flow_bytes)
             updates = self.lessor.set_bg(bg_policy(new))
+            self.lessor.fair_receivers = fair_receivers(new)    # the next round releases or holds
             self._log_bg_routes()
             for sw, msgs in updates.items():
                 if sw in self.datapaths:
@@ -172,7 +175,12 @@ class LessorApp(ForwardingApp):
             del self.cpu_log[:-2000]
             # the allocation is a round of its own: a failure there never skips the next poll
             self.guard.run("allocate", self._reallocate)
+            self.guard.run("police", self._police)
         return next_poll
+
+    def _police(self):
+        for sw, msgs in self.lessor.police().items():
+            self.send(sw, msgs)
 
     def _reallocate(self):
         flows = self.lessor.long_flows()
@@ -210,6 +218,13 @@ class LessorApp(ForwardingApp):
         tmp = Path(self.state_file + ".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
+
+
+def fair_receivers(loaded) -> bool:
+    """Receiver fairness is LESSOR's only without BG/WC classes: with them a
+    guaranteed VM's subflows are not equals, and the WC policy (fair WC
+    congestion control, LRC's weights) shares what BG leaves."""
+    return loaded.cfg.lessor.fair_receivers and not loaded.cfg.controller.prio_queues
 
 
 def bg_policy(loaded) -> BgPolicy:

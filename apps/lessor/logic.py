@@ -22,12 +22,18 @@
   class carry their VM's share of its guarantee, and PMPT places them
   before everything else so that no link's BG exceeds mu x C. They are
   never pinned, and an installed routing is kept only while its BG fits.
+- Receiver fairness (:mod:`apps.lessor.fairness`, without BG classes): long
+  flows into a host whose link is saturated are policed at its max-min
+  share by a meter on their entry at their source ToR (an intra-ToR flow
+  gets an exact entry there for it). :meth:`LessorLogic.police`, every
+  polling round.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from apps.lessor import fairness
 from apps.lessor.bg import BgPolicy
 from apps.lessor.bg_routes import BgRoutes, pack
 from apps.lessor.hedera import ELEPHANT_FRACTION, estimate_demands
@@ -36,11 +42,11 @@ from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import DEFAULT_EPSILON, Allocation, LongFlow, mrtf_key, pmpt
 from apps.lessor.pre import LONG_FLOW_BYTES, AdaptivePolling, FlowTable, PollingConfig, PollSchedule
 from apps.routing.logic import DestinationRouting
-from controller import ofmsg
+from controller import contract, ofmsg
 from controller.network_view import NetworkView
 from controller.validate import finite_number
-from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, PRIO_EXACT_FLOW, TABLE_ACCOUNT,
-                                 TABLE_FORWARD, cookie)
+from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, METER_LESSOR_BASE, METER_LESSOR_SLOTS,
+                                 PRIO_EXACT_FLOW, TABLE_ACCOUNT, TABLE_FORWARD, cookie)
 
 LONG_FLOW_IDLE_S = 10
 # Busy: known long flows' predicted rates over capacity at least this. An
@@ -66,6 +72,14 @@ class Installed:
     path: tuple[str, ...]
     rate: float
     bg: float = 0.0     # bits/s of BG it carries (apps.lessor.bg)
+
+
+@dataclass(frozen=True)
+class Policed:
+    """A long flow held to its receiver's fair share (LessorLogic.police)."""
+    meter_id: int
+    rate_kbps: int
+    path: tuple[str, ...]   # host, ..., host: its source ToR's entry carries the meter
 
 
 class LessorLogic:
@@ -96,6 +110,9 @@ class LessorLogic:
         self.moved_at: dict[FiveTuple, float] = {}   # installed flows' last move (MOVE_HOLD_S)
         self.bg = BgPolicy()
         self.bg_routes = BgRoutes()
+        self.fair_receivers = True                   # police() holds flows to their receivers' shares
+        self.policed: dict[FiveTuple, Policed] = {}
+        self.unpoliced = 0        # flows police() wanted held but found no free meter id for
 
     def set_bg(self, policy: BgPolicy) -> dict[str, list[ofmsg.Message]]:
         """The declared tenants' BG (a reload brings a new one): every VM's
@@ -127,7 +144,12 @@ class LessorLogic:
     # ---- switches ------------------------------------------------------------------
     def switch_connected(self, switch: str) -> list[ofmsg.Message]:
         msgs = self.routing.switch_connected(switch)
-        # long-flow entries were wiped with the switch's state: reinstall them
+        # meters and long-flow entries were wiped with the switch's state: reinstall them (meters first)
+        for key, pol in sorted(self.policed.items()):
+            if pol.path[1] == switch:
+                msgs.append(self._meter("add", pol))
+                if key not in self.installed:
+                    msgs.extend(self._entries(key, pol.path, only=switch))
         for key, inst in sorted(self.installed.items()):
             if switch in inst.path:
                 msgs.extend(self._entries(key, inst.path, only=switch))
@@ -557,6 +579,68 @@ class LessorLogic:
         return min((self.view.capacity(*link) / load for link, load in loads.items() if load > 0),
                    default=float("inf"))
 
+    # ---- receiver fairness ----------------------------------------------------------------
+    def police(self) -> dict[str, list[ofmsg.Message]]:
+        """Meters that hold long flows to their receivers' max-min shares
+        (:mod:`apps.lessor.fairness`), per source ToR, in the order to send
+        them: a meter exists before an entry uses it, and an entry drops
+        its meter before the meter goes (deleting a meter deletes the
+        entries that use it). A flow is held only where LESSOR owns its
+        entry at its source ToR: an installed flow's, or an intra-ToR
+        flow's, which gets one for it (its path has no choice to make);
+        released, that entry goes and the flow is on the defaults again.
+        Nothing is held with ``fair_receivers`` off."""
+        want: dict[FiveTuple, tuple[float, tuple[str, ...]]] = {}
+        if self.fair_receivers:
+            into: dict[str, dict[FiveTuple, float]] = {}
+            for st in self.table.flows.values():
+                host = self.view.host_by_ip(st.key[1])
+                if st.long and st.predicted is not None and host is not None:
+                    into.setdefault(host, {})[st.key] = st.predicted
+            for host, rates in sorted(into.items()):
+                levels = fairness.receiver_caps(rates, self._nic(self.view.ip(host)), busy=FABRIC_BUSY)
+                for key, level in levels.items():
+                    path = self._own_path(key)
+                    if path is not None:
+                        want[key] = (fairness.police_rate(level), path)
+        out: dict[str, list[ofmsg.Message]] = {}
+        for key in sorted(set(self.policed) - set(want)):
+            pol = self.policed.pop(key)
+            tor = pol.path[1]
+            if key in self.installed and self.installed[key].path[1] == tor:
+                out.setdefault(tor, []).extend(self._entries(key, self.installed[key].path, only=tor))
+            else:
+                out.setdefault(tor, []).append(self._delete(key))
+            out[tor].append(self._meter("delete", pol))
+        for key, (rate, path) in sorted(want.items()):
+            kbps = max(1, int(rate / 1000))
+            old = self.policed.get(key)
+            if old is not None:
+                if fairness.rate_moved(old.rate_kbps, kbps):
+                    self.policed[key] = replace(old, rate_kbps=kbps)
+                    out.setdefault(path[1], []).append(self._meter("modify", self.policed[key]))
+                continue
+            meter_id = self._free_meter(path[1])
+            if meter_id is None:
+                self.unpoliced += 1
+                continue
+            self.policed[key] = pol = Policed(meter_id, kbps, path)
+            out.setdefault(path[1], []).extend([self._meter("add", pol), *self._entries(key, path, only=path[1])])
+        return out
+
+    def _own_path(self, key: FiveTuple) -> tuple[str, ...] | None:
+        """The host path whose source-ToR entry LESSOR owns for ``key``, if any."""
+        if key in self.installed:
+            return self.installed[key].path
+        src, dst = self.view.host_by_ip(key[0]), self.view.host_by_ip(key[1])
+        tor = self.view.host_switch(src)[0]
+        return (src, tor, dst) if tor == self.view.host_switch(dst)[0] else None
+
+    def _free_meter(self, switch: str) -> int | None:
+        used = {pol.meter_id for pol in self.policed.values() if pol.path[1] == switch}
+        return next((m for m in range(METER_LESSOR_BASE, METER_LESSOR_BASE + METER_LESSOR_SLOTS) if m not in used),
+                    None)
+
     # ---- entries --------------------------------------------------------------------------
     def _match(self, key: FiveTuple) -> ofmsg.Match:
         src, dst, proto, sport, dport = key
@@ -567,10 +651,20 @@ class LessorLogic:
     def _entries(self, key: FiveTuple, path: tuple[str, ...], only: str) -> list[ofmsg.Message]:
         i = path.index(only)
         out = ofmsg.Output(self.view.port(only, path[i + 1]))
-        # the source ToR keeps counting the flow
+        # the source ToR keeps counting the flow, and holds it to its receiver's share if policed
         actions = [ofmsg.Resubmit(TABLE_ACCOUNT), out] if i == 1 else [out]
-        return [ofmsg.flow_add(TABLE_FORWARD, PRIO_EXACT_FLOW, self._match(key), actions,
-                               cookie=cookie(APP_LESSOR), idle_timeout=LONG_FLOW_IDLE_S)]
+        entry = ofmsg.flow_add(TABLE_FORWARD, PRIO_EXACT_FLOW, self._match(key), actions,
+                               cookie=cookie(APP_LESSOR), idle_timeout=LONG_FLOW_IDLE_S)
+        pol = self.policed.get(key)
+        if i == 1 and pol is not None:
+            entry = replace(entry, instructions=(ofmsg.MeterInstruction(pol.meter_id), *entry.instructions))
+        return [entry]
+
+    @staticmethod
+    def _meter(command: str, pol: Policed) -> ofmsg.MeterMod:
+        if command == "delete":
+            return ofmsg.MeterMod("delete", pol.meter_id)
+        return ofmsg.MeterMod(command, pol.meter_id, pol.rate_kbps, contract.meter_burst_kbit(pol.rate_kbps))
 
     def _delete(self, key: FiveTuple) -> ofmsg.FlowMod:
         return ofmsg.flow_delete_strict(TABLE_FORWARD, PRIO_EXACT_FLOW, self._match(key),
@@ -596,6 +690,9 @@ class LessorLogic:
             "moves_per_allocation": self.moves_per_allocation[-200:],
             "pinned_host_limited": len(self.host_limited()),
             "starved": [[*key, owed] for key, owed in sorted(self.starved().items())],
+            # flows held to their receivers' fair shares: [flow..., meter rate in bits/s]
+            "policed": [[*key, pol.rate_kbps * 1000] for key, pol in sorted(self.policed.items())],
+            "unpoliced": self.unpoliced,
             "allocations": self.allocations,
             "allocations_skipped": self.allocations_skipped,
             "lambda": None if alloc is None else alloc.lam,

@@ -59,10 +59,6 @@ BURST_S = contract.BG_BURST_S
 MIN_BURST_KBIT = contract.BG_BURST_MIN_BYTES * 8 // 1000
 
 
-def default_burst_kbit(rate_kbps: int) -> int:
-    return contract.bg_burst_bytes(rate_kbps * 1000 / 8) * 8 // 1000
-
-
 def classification_entries() -> list[ofmsg.Message]:
     ck = cookie(APP_PRIO_QUEUES)
     ip = dict(eth_type=ofmsg.ETH_TYPE_IP)
@@ -132,12 +128,12 @@ class PrioQueuesLogic:
         _, port = self.view.host_switch(host)
         rate = int(mbps * 1000)
         if command == "modify":
-            return [ofmsg.MeterMod("modify", port, rate, self.burst_kbit or default_burst_kbit(rate))]
+            return [ofmsg.MeterMod("modify", port, rate, self.burst_kbit or contract.meter_burst_kbit(rate))]
         if command == "delete":
             return [*(ofmsg.flow_delete_strict(TABLE_CLASSIFY, prio, self._meter_match(port, prio),
                                                cookie=cookie(APP_PRIO_QUEUES))
                       for prio in (PRIO_METERED, PRIO_METERED_UDP)), ofmsg.MeterMod("delete", port)]
-        msgs: list[ofmsg.Message] = [ofmsg.MeterMod("add", port, rate, self.burst_kbit or default_burst_kbit(rate))]
+        msgs: list[ofmsg.Message] = [ofmsg.MeterMod("add", port, rate, self.burst_kbit or contract.meter_burst_kbit(rate))]
         for prio, actions in ((PRIO_METERED, (ofmsg.SetQueue(QUEUE_BG),)),
                               (PRIO_METERED_UDP, (ofmsg.SetField("ip_dscp", DSCP_BG), ofmsg.SetQueue(QUEUE_BG)))):
             msgs.append(ofmsg.FlowMod(TABLE_CLASSIFY, prio, self._meter_match(port, prio),
