@@ -113,6 +113,7 @@ class LessorLogic:
         self.fair_receivers = True                   # police() holds flows to their receivers' shares
         self.policed: dict[FiveTuple, Policed] = {}
         self.unpoliced = 0        # flows police() wanted held but found no free meter id for
+        self.meter_changes = {"add": 0, "modify": 0, "delete": 0}   # police()'s meter messages so far
 
     def set_bg(self, policy: BgPolicy) -> dict[str, list[ofmsg.Message]]:
         """The declared tenants' BG (a reload brings a new one): every VM's
@@ -660,8 +661,8 @@ class LessorLogic:
             entry = replace(entry, instructions=(ofmsg.MeterInstruction(pol.meter_id), *entry.instructions))
         return [entry]
 
-    @staticmethod
-    def _meter(command: str, pol: Policed) -> ofmsg.MeterMod:
+    def _meter(self, command: str, pol: Policed) -> ofmsg.MeterMod:
+        self.meter_changes[command] += 1
         if command == "delete":
             return ofmsg.MeterMod("delete", pol.meter_id)
         return ofmsg.MeterMod(command, pol.meter_id, pol.rate_kbps, contract.meter_burst_kbit(pol.rate_kbps))
@@ -693,6 +694,7 @@ class LessorLogic:
             # flows held to their receivers' fair shares: [flow..., meter rate in bits/s]
             "policed": [[*key, pol.rate_kbps * 1000] for key, pol in sorted(self.policed.items())],
             "unpoliced": self.unpoliced,
+            "meter_changes": dict(self.meter_changes),
             "allocations": self.allocations,
             "allocations_skipped": self.allocations_skipped,
             "lambda": None if alloc is None else alloc.lam,

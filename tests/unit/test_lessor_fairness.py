@@ -165,6 +165,7 @@ def test_flows_into_a_saturated_host_are_held_to_its_share_and_released_when_it_
     for s, d, _ in INTO_H10:
         assert _meters_met(net, s, d)[0] == {}
     assert all(m < METER_LESSOR_BASE for sw in net.switches.values() for m in sw.meters)
+    assert logic.state()["meter_changes"] == {"add": 3, "modify": 0, "delete": 3}
     # the intra-ToR flow is back on the defaults: LESSOR holds no entry for it
     key9 = (view.ip("h9"), view.ip("h10"), 6, 1000, 80)
     assert not any(f.match == logic._match(key9) for f in net.switches["e2_0"].flows(1))
