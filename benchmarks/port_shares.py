@@ -1,12 +1,15 @@
 """TCP's own shares at one drop-tail port, with no routing choice at all
 (issue #32: the yardstick for "a long flow gets >= 0.8 of its max-min
-share"). Run as root:
+share"), and what LESSOR's receiver fairness makes of them. Run as root:
 
     .venv/bin/python -m benchmarks.port_shares [--flows 3] [--cross 2] [--seconds 40] [--reps 5]
+        [--routings single_path,lessor]
 
 One emulated switch (Open vSwitch, the evaluation fabrics' port: 10 Mb/s,
-a 225 KB FIFO, jumbo frames, ACKs first) and the controller's single-path
-routes. ``--flows`` long TCP flows (iperf3, the hosts' default cubic) from
+a 225 KB FIFO, jumbo frames, ACKs first) and, in each rep one after the
+other, the controller's single-path routes (TCP alone) and LESSOR (its
+receiver fairness polices the flows into a saturated host at that host's
+max-min share: apps/lessor/fairness.py). ``--flows`` long TCP flows (iperf3, the hosts' default cubic) from
 h1.. into r1; ``--cross`` more flows into h1, so that one sender's own
 downlink is saturated too (as the senders of the k = 4 fabric's starved
 flows were). Printed per rep: each flow's mean rate after its first 5 s
@@ -36,7 +39,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_once(flows: int, cross: int, seconds: int, work: Path) -> dict[str, float]:
+def run_once(flows: int, cross: int, seconds: int, work: Path, routing: str = "single_path") -> dict[str, float]:
     """One rep: {"hX>dst": mean Mb/s}."""
     from experiments import configs
     from experiments.controller_proc import ControllerProcess
@@ -50,7 +53,7 @@ def run_once(flows: int, cross: int, seconds: int, work: Path) -> dict[str, floa
     ctl = None
     servers, clients = [], []
     try:
-        ctl = ControllerProcess(configs.write(work / "bwfabric.yaml", work / "topo.json", "single_path", port),
+        ctl = ControllerProcess(configs.write(work / "bwfabric.yaml", work / "topo.json", routing, port),
                                 work / "ctl.log").start()
         fab.wait_routes(60)
         pairs = [(f"h{i + 1}", "r1") for i in range(flows)] + [(f"h{flows + i + 1}", "h1") for i in range(cross)]
@@ -90,21 +93,31 @@ def main(argv=None) -> int:
     ap.add_argument("--cross", type=int, default=2)
     ap.add_argument("--seconds", type=int, default=40)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--routings", default="single_path,lessor",
+                    help="controller routing apps, each run in every rep (comma-separated)")
     args = ap.parse_args(argv)
-    if args.flows < 2 or args.cross < 0 or args.seconds <= SKIP_S + 1 or args.reps < 1:
-        ap.error("need --flows >= 2, --cross >= 0, --seconds > 6, --reps >= 1")
-    reps = []
+    routings = [r for r in args.routings.split(",") if r]
+    if args.flows < 2 or args.cross < 0 or args.seconds <= SKIP_S + 1 or args.reps < 1 or not routings \
+            or not set(routings) <= {"single_path", "ecmp", "lessor", "hedera"}:
+        ap.error("need --flows >= 2, --cross >= 0, --seconds > 6, --reps >= 1, --routings among "
+                 "single_path, ecmp, lessor, hedera")
+    reps: dict[str, list] = {r: [] for r in routings}
     for rep in range(args.reps):
-        print(f"rep {rep + 1} ...", file=sys.stderr, flush=True)
-        with tempfile.TemporaryDirectory(prefix="bwf-port-shares-") as tmp:
-            reps.append(shares(run_once(args.flows, args.cross, args.seconds, Path(tmp))))
+        for routing in routings:
+            print(f"rep {rep + 1}, {routing} ...", file=sys.stderr, flush=True)
+            with tempfile.TemporaryDirectory(prefix="bwf-port-shares-") as tmp:
+                reps[routing].append(run_once(args.flows, args.cross, args.seconds, Path(tmp), routing))
     print(f"{args.flows} TCP flows into r1 and {args.cross} into h1, {args.seconds} s, one {LINK_MBPS:g} Mb/s "
           "port each: rate / equal share")
-    for n, sh in enumerate(reps, 1):
-        print(f"  rep {n}: " + "  ".join(f"{k} {v:.2f}" for k, v in sh.items()) + f"   lowest {min(sh.values()):.2f}")
-    lows = [min(sh.values()) for sh in reps]
-    print(f"lowest share per rep: {min(lows):.2f} .. {max(lows):.2f}")
-    print(json.dumps(reps))
+    for routing, runs in reps.items():
+        print(routing)
+        for n, rates in enumerate(runs, 1):
+            sh = shares(rates)
+            print(f"  rep {n}: " + "  ".join(f"{k} {v:.2f}" for k, v in sh.items())
+                  + f"   lowest {min(sh.values()):.2f}   both ports {sum(rates.values()):.2f} Mb/s")
+        lows = [min(shares(rates).values()) for rates in runs]
+        print(f"  lowest share per rep: {min(lows):.2f} .. {max(lows):.2f}")
+    print(json.dumps(reps))       # Mb/s per flow
     return 0
 
 
