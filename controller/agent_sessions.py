@@ -17,7 +17,12 @@ so a slow or dead agent blocks nobody but itself. A session holds
 
 Between pushes the session asks for the agent's status every
 ``status_interval_s`` (what is in force, read back from the kernel; this
-also keeps the connection from idling out), and notices at once when the
+also keeps the connection from idling out) -- each interval drawn at random
+within +-STATUS_JITTER of it, so that the agents of a fabric configured
+together do not all read their kernels back at the same instant (periodic
+messages synchronise: Floyd and Jacobson, 1994; in the main job 16 agents
+reading back together stalled the emulated fabric for about half a second
+every 15 s, docs/results.md) -- and notices at once when the
 agent closes the connection (it restarted): it reconnects with back-off
 (``retry_s`` doubling up to ``MAX_RETRY_S``, half a second: a connection
 attempt costs little, and a restarted agent is found fast) and pushes.
@@ -30,6 +35,7 @@ exported by the API and the metrics.
 from __future__ import annotations
 
 import logging
+import random
 import re
 import threading
 import time
@@ -46,6 +52,7 @@ from hostagent.transport import FrameError
 
 log = logging.getLogger("bwfabric.agents")
 MAX_RETRY_S = 0.5    # a restarted agent is found within half a second of listening
+STATUS_JITTER = 0.25  # each status interval is status_interval_s x (1 +- this), uniformly at random
 EXPECTED = (OSError, ConnectionError, FrameError, ChannelError)    # socket.timeout is an OSError
 
 
@@ -85,6 +92,7 @@ class Session:
         self.client = AgentClient(endpoint.address, endpoint.host, key or b"\0" * 32, timeout=timeout_s)
         self.key_ok = key is not None
         self.retry_s, self.status_interval_s = retry_s, status_interval_s
+        self.rng = random.Random()     # status jitter: each session its own draws
         self.cond = threading.Condition()
         self.desired: dict | None = None
         self.need_push = False
@@ -130,6 +138,11 @@ class Session:
     def state(self) -> dict:
         with self.cond:
             return asdict(self.st)
+
+    def status_interval(self) -> float:
+        """The wait until the next status request: ``status_interval_s``
+        give or take STATUS_JITTER of it, at random."""
+        return self.status_interval_s * (1 + STATUS_JITTER * (2 * self.rng.random() - 1))
 
     # ---- the sender thread ----------------------------------------------------------------------
     def _has_work(self) -> bool:
@@ -187,7 +200,7 @@ class Session:
         try:
             self._round()
             if time.monotonic() >= self.next_status:
-                self.next_status = time.monotonic() + self.status_interval_s
+                self.next_status = time.monotonic() + self.status_interval()
                 self._status()
         except EXPECTED as exc:
             self._disconnected(f"{type(exc).__name__}: {exc}")

@@ -186,3 +186,32 @@ def test_a_host_of_several_vms_gets_them_all_and_each_is_seen_on_its_own(fabric)
     assert sorted((lab["tenant"], lab["vm"], lab["host"]) for _, lab in samples) == [("t", "vh5", "h5"),
                                                                                      ("u", "x", "h5")]
     assert in_force(agents["h1"]).guarantee_mbps == 2                 # hosts that are their own VM: as before
+
+
+def test_status_requests_are_jittered_so_agents_configured_together_do_not_read_back_together(fabric, monkeypatch):
+    """Each wait is status_interval_s x (1 +- STATUS_JITTER), drawn per
+    session (16 agents reading their kernels back at one instant stalled
+    the emulated fabric), and it is what the sender thread waits."""
+    import random
+
+    from controller import agent_sessions as AS
+    agents, make, _ = fabric
+    sessions, loaded = make()
+    sessions.start(loaded, version=1)
+    wait_for(lambda: all(s["status_at"] is not None for s in sessions.states()))
+    interval = sessions.sessions["h1"].status_interval_s
+    draws = {}
+    for host, s in sessions.sessions.items():
+        s.rng = random.Random(host)                    # reproducible draws, one stream per session
+        draws[host] = [s.status_interval() for _ in range(200)]
+    for ds in draws.values():
+        assert all((1 - AS.STATUS_JITTER) * interval <= d <= (1 + AS.STATUS_JITTER) * interval for d in ds)
+        assert max(ds) - min(ds) > 1.5 * AS.STATUS_JITTER * interval     # they fill the band
+    assert len({ds[0] for ds in draws.values()}) == len(draws)       # sessions draw apart
+    assert len({id(s.rng) for s in sessions.sessions.values()}) == len(sessions.sessions)
+    # the sender thread waits what status_interval() says: a long draw holds every status request back
+    monkeypatch.setattr(AS.Session, "status_interval", lambda self: 60.0)
+    time.sleep(2 * interval * (1 + AS.STATUS_JITTER))  # any request already scheduled has gone out
+    before = {s["host"]: s["status_at"] for s in sessions.states()}
+    time.sleep(4 * interval)
+    assert {s["host"]: s["status_at"] for s in sessions.states()} == before
