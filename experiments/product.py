@@ -80,6 +80,13 @@ SHORT_BYTES = 100_000          # the web flows whose completion times are printe
 # and the aggregate >= this x the max-min ideal
 GUARANTEE_HELD = 0.97
 AGGREGATE_OF_IDEAL = 0.9
+# the emulator's own stalls: a sample in which every batch VM's constant-rate UDP (BG, paced by its
+# host) fell below this x its median at once, in every pod together -- userspace OVS forwards every
+# port from one thread, and what else that thread or the two cores do (flow-stats dumps, 16 agents
+# reading back) holds all of it. 0-3 such samples of ~0.5 s in a 20 s run, under every scheme; 4 of
+# the 5 missed 4,4 guarantees of 2026-11-28 lay beside one (docs/results.md). Reported beside a
+# missed row, never excused.
+STALL_FRACTION = 0.95
 
 
 @dataclass(frozen=True)
@@ -352,16 +359,39 @@ def vm_rates(rates: list[dict], host: str, window_s: float, t_from: float, t_to:
     """(lowest rate over any ``window_s`` window, mean) of everything ``host``
     sent, Mb/s: its TCP of any DSCP (the meter's ``tcp-`` counter; without
     it, its BG and WC) and its UDP."""
+    low, mean, _ = vm_low_window(rates, host, window_s, t_from, t_to)
+    return low, mean
+
+
+def vm_low_window(rates: list[dict], host: str, window_s: float, t_from: float, t_to: float
+                  ) -> tuple[float, float, tuple[float, float] | None]:
+    """:func:`vm_rates`, and the samples its lowest window spans (the first
+    and the last sample's time; None without samples)."""
     def sent(r):
         classes = ("tcp", "udp") if f"tcp-{host}" in r else ("bg", "wc", "udp")
         return sum(r.get(f"{c}-{host}", 0.0) for c in classes)
     series = [(r["t"], sent(r)) for r in rates if t_from < r["t"] <= t_to]
     if not series:
-        return 0.0, 0.0
+        return 0.0, 0.0, None
     step = series[1][0] - series[0][0] if len(series) > 1 else window_s
     n = max(1, round(window_s / step))
-    windows = [sum(v for _, v in series[i:i + n]) / n for i in range(0, len(series) - n + 1)]
-    return min(windows), sum(v for _, v in series) / len(series)
+    windows = [(sum(v for _, v in series[i:i + n]) / n, i) for i in range(0, len(series) - n + 1)]
+    low, i = min(windows)
+    return low, sum(v for _, v in series) / len(series), (series[i][0], series[min(i + n, len(series)) - 1][0])
+
+
+def stalls(rates: list[dict], hosts: list[str], t_from: float, t_to: float,
+           fraction: float = STALL_FRACTION) -> list[float]:
+    """The samples (their times) in which every one of ``hosts``' UDP fell
+    below ``fraction`` of its own median at once: the emulated fabric
+    stalled, whatever the scheme (STALL_FRACTION). Needs two such hosts
+    sending UDP, else nothing is called a stall."""
+    window = [r for r in rates if t_from < r["t"] <= t_to]
+    medians = {h: R.percentile([r.get(f"udp-{h}", 0.0) for r in window], 50) for h in hosts}
+    senders = [h for h, m in medians.items() if m]
+    if len(senders) < 2:
+        return []
+    return [r["t"] for r in window if all(r.get(f"udp-{h}", 0.0) < fraction * medians[h] for h in senders)]
 
 
 def web_stats(flows: list[dict], link_mbps: float) -> dict:
@@ -381,14 +411,17 @@ def summarise(run: dict, cfg: Config, ideal: dict[str, float], lay: Layout | Non
     rates, t_to = run["rates"], cfg.duration - 0.5
     out: dict = {}
     for name in BACKLOGGED:
-        per_vm = {v.name: vm_rates(rates, v.endpoint, 1.0, cfg.skip_s, t_to) for v in lay.of(name)}
+        per_vm = {v.name: vm_low_window(rates, v.endpoint, 1.0, cfg.skip_s, t_to) for v in lay.of(name)}
         # both tenants are backlogged: each VM's demand exceeds its guarantee
         owed = lay.guarantees[name]
+        worst = min(per_vm, key=lambda vm: per_vm[vm][0])
         out[name] = {"guarantee_mbps": owed, "owed_mbps": owed,
-                     "min_1s_mbps": min(m for m, _ in per_vm.values()),
-                     "held": min(m for m, _ in per_vm.values()) / owed,
-                     "mean_mbps": sum(a for _, a in per_vm.values()) / len(per_vm),
-                     "per_vm": {vm: {"min_1s": m, "mean": a} for vm, (m, a) in per_vm.items()}}
+                     "min_1s_mbps": per_vm[worst][0],
+                     "held": per_vm[worst][0] / owed,
+                     "low_window": per_vm[worst][2],
+                     "mean_mbps": sum(a for _, a, _ in per_vm.values()) / len(per_vm),
+                     "per_vm": {vm: {"min_1s": m, "mean": a} for vm, (m, a, _) in per_vm.items()}}
+    out["stalls"] = stalls(rates, [v.endpoint for v in lay.of("batch")], cfg.skip_s, t_to)
     web = run.get("web")
     out["web"] = {"guarantee_mbps": lay.guarantees["web"], **web_stats(web.flows if web is not None else [],
                                                                    cfg.link_mbps)}
@@ -494,7 +527,13 @@ def verdicts(runs: list[dict]) -> list[dict]:
             checks["aggregate >= best effort's"] = bw["aggregate"]["of_ideal"] >= be["aggregate"]["of_ideal"]
         checks[f"aggregate >= {AGGREGATE_OF_IDEAL} of the max-min ideal"] = \
             bw["aggregate"]["of_ideal"] >= AGGREGATE_OF_IDEAL
-        out.append({"rep": i, "checks": checks})
+        # a missed guarantee whose lowest window spans an emulator stall says so (it stays missed)
+        notes = [f"{t} {bw[t]['held']:.2f} of g in {bw[t]['low_window'][0]:.1f}-{bw[t]['low_window'][1]:.1f} s, "
+                 f"beside an emulator stall at {', '.join(f'{x:.1f}' for x in hit)} s"
+                 for t in BACKLOGGED if bw[t]["held"] < GUARANTEE_HELD and bw[t].get("low_window")
+                 for hit in [[x for x in bw.get("stalls", [])
+                              if bw[t]["low_window"][0] - 0.6 <= x <= bw[t]["low_window"][1] + 0.6]] if hit]
+        out.append({"rep": i, "checks": checks, "notes": notes})
     return out
 
 
@@ -540,6 +579,13 @@ def table_lines(report: dict) -> list[str]:
         for n in names:
             met = [v["checks"].get(n) for v in report["verdicts"]]
             lines.append(f"  {'met' if all(met) else 'MISSED':<7}{n}: {sum(bool(m) for m in met)} of {len(met)}")
+        for v in report["verdicts"]:
+            for note in v.get("notes", []):
+                lines.append(f"    run {v['rep'] + 1}: {note}")
+        runs = [r.get("bwfabric") for r in report["runs"] if r.get("bwfabric")]
+        if runs and all("stalls" in r for r in runs):
+            lines.append(f"emulator stalls (every batch VM's constant-rate UDP below {STALL_FRACTION} of its median "
+                         f"at once) per run: {', '.join(str(len(r['stalls'])) for r in runs)}")
     return lines
 
 

@@ -95,6 +95,25 @@ def test_verdicts_compare_bwfabric_with_the_same_runs_best_effort():
     assert product.verdicts(runs)[0]["checks"]["web p99 <= best effort's"] is False
 
 
+def test_a_stall_is_every_batch_vm_s_udp_falling_at_once_and_a_miss_beside_one_says_so():
+    steady = {"udp-b1": 4.0, "udp-b2": 4.0, "bg-h1": 4.0}
+    rates = [{"t": 0.5 * i, **steady} for i in range(1, 21)]
+    rates[9].update({"udp-b1": 3.0, "udp-b2": 3.4, "bg-h1": 3.0})      # t = 5.0: the whole fabric
+    rates[13].update({"udp-b1": 2.0})                                   # t = 7.0: one VM alone
+    assert product.stalls(rates, ["b1", "b2"], 0.0, 10.0) == [5.0]
+    assert product.stalls(rates, ["b1"], 0.0, 10.0) == []               # one sender proves nothing
+    assert product.stalls(rates, ["b1", "b2", "silent"], 0.0, 10.0) == [5.0]
+    low, mean, span = product.vm_low_window(rates, "h1", 1.0, 0.0, 10.0)
+    assert low == pytest.approx(3.5) and span in ((4.5, 5.0), (5.0, 5.5))
+    ok = _summary(1.0, 1.2, 300, 900, 0.95)
+    missed = {**_summary(0.95, 1.2, 300, 900, 0.95), "stalls": [5.0]}
+    missed["analytics"]["low_window"] = [4.5, 5.0]
+    v = product.verdicts([{"bwfabric": missed}, {"bwfabric": {**missed, "stalls": [9.0]}}, {"bwfabric": ok}])
+    assert v[0]["notes"] == ["analytics 0.95 of g in 4.5-5.0 s, beside an emulator stall at 5.0 s"]
+    assert v[1]["notes"] == [] and v[2]["notes"] == []
+    assert not v[0]["checks"][[k for k in v[0]["checks"] if k.startswith("analytics")][0]]  # still missed
+
+
 def test_spread_is_median_and_range_ignoring_missing():
     assert product.spread([3.0, None, 1.0, 2.0]) == {"median": 2.0, "low": 1.0, "high": 3.0, "n": 3}
     assert product.spread([None])["median"] is None
