@@ -1,0 +1,124 @@
+"""Mutation testing of the core modules with a maintained tool (mutmut 3,
+issue #33 section 3): how many of the mutants of each module the unit
+tests kill, and which survive. A benchmark-style run (hours for every
+module, not part of CI):
+
+    .venv/bin/pip install mutmut==3.8.1        # a development tool, not a runtime dependency
+    .venv/bin/python -m benchmarks.mutation [--modules apps/lessor/pmpt.py,...] [--jobs 2] [--keep DIR]
+
+Each run works in a scratch copy of the checkout (``git archive HEAD``:
+what is committed, nothing else), configures mutmut there (setup.cfg:
+every product package copied, only the chosen modules mutated, the unit
+tests as the test selection -- mutmut runs them once to learn which tests
+reach each function, then only those per mutant) and prints, per module,
+mutants, killed, the kill rate, and every survivor by name (``mutmut show
+NAME`` in the kept directory prints its diff). mutmut 3 mutates inside
+functions only (module-level constants are never mutated).
+
+Statuses other than killed and survived (no tests reach the function,
+timeout, suspicious) are counted apart and listed: a timeout is a mutant
+the tests noticed (an endless loop), "no tests" is code no unit test runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# the modules issue #33 names as the core
+CORE = ("controller/admission.py", "controller/config.py", "controller/portstats.py", "controller/api.py",
+        "hostagent/agent.py", "hostagent/channel.py", "hostagent/plan.py", "apps/lessor/pmpt.py",
+        "apps/lessor/pre.py", "apps/lrc/model.py", "apps/lrc/control.py", "apps/prio_queues/logic.py")
+PACKAGES = ("apps", "benchmarks", "bwfabric", "controller", "experiments", "hostagent", "mininet_topos")
+TARGET_KILL_RATE = 0.90
+_RESULT = re.compile(r"^\s*(?P<name>[\w.]+__mutmut_\d+):\s*(?P<status>.+?)\s*$")
+
+
+def setup_cfg(modules: list[str], tests: str) -> str:
+    lines = ["[mutmut]", "source_paths=", *(f"    {p}/" for p in PACKAGES), "only_mutate=",
+             *(f"    {m}" for m in modules), "pytest_add_cli_args_test_selection=", f"    {tests}",
+             "pytest_add_cli_args=", "    -p", "    no:cacheprovider", "    -q"]
+    return "\n".join(lines) + "\n"
+
+
+def module_of(mutant: str, modules: list[str]) -> str:
+    """The module path a mutant name (``controller.admission.x_cuts__mutmut_3``) belongs to."""
+    dotted = {m[:-3].replace("/", "."): m for m in modules}
+    for prefix in sorted(dotted, key=len, reverse=True):
+        if mutant.startswith(prefix + "."):
+            return dotted[prefix]
+    return "?"
+
+
+def parse_results(text: str, modules: list[str]) -> dict[str, dict[str, list[str]]]:
+    """{module: {status: [mutant names]}} from ``mutmut results --all true``."""
+    out: dict[str, dict[str, list[str]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for line in text.splitlines():
+        m = _RESULT.match(line)
+        if m:
+            out[module_of(m["name"], modules)][m["status"]].append(m["name"])
+    return out
+
+
+def table(results: dict[str, dict[str, list[str]]], modules: list[str]) -> list[str]:
+    lines = [f"{'module':<32}{'mutants':>8}{'killed':>8}{'survived':>9}{'other':>7}{'kill rate':>10}"]
+    for mod in modules:
+        by = results.get(mod, {})
+        total = sum(len(v) for v in by.values())
+        killed, survived = len(by.get("killed", [])), len(by.get("survived", []))
+        rate = killed / (killed + survived) if killed + survived else float("nan")
+        mark = "" if rate != rate or rate >= TARGET_KILL_RATE else "  < target"
+        lines.append(f"{mod:<32}{total:>8}{killed:>8}{survived:>9}{total - killed - survived:>7}{rate:>10.1%}{mark}")
+    return lines
+
+
+def run(modules: list[str], jobs: int, keep: Path | None) -> int:
+    work = Path(tempfile.mkdtemp(prefix="bwf-mutation-")) if keep is None else keep
+    work.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+    (work / "setup.cfg").write_text(setup_cfg(modules, "tests/unit"))
+    t0 = time.monotonic()
+    mutmut = [sys.executable, "-m", "mutmut"]
+    proc = subprocess.run([*mutmut, "run", "--max-children", str(jobs)], cwd=work)
+    took = time.monotonic() - t0
+    res = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True)
+    results = parse_results(res.stdout, modules)
+    print(f"mutmut run: exit {proc.returncode}, {took / 60:.1f} min, in {work}")
+    print("\n".join(table(results, modules)))
+    for mod in modules:
+        for status, names in sorted(results.get(mod, {}).items()):
+            if status != "killed":
+                print(f"{mod} {status}: {' '.join(sorted(names))}")
+    if keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return proc.returncode
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modules", default=",".join(CORE), help="comma-separated module paths (default: the core)")
+    ap.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
+    ap.add_argument("--keep", type=Path, default=None, help="work here and keep it (mutmut show NAME)")
+    args = ap.parse_args(argv)
+    modules = [m for m in args.modules.split(",") if m]
+    missing = [m for m in modules if not (ROOT / m).is_file()]
+    if missing or not modules or args.jobs < 1:
+        ap.error(f"need existing module paths and --jobs >= 1 (missing: {', '.join(missing) or 'none'})")
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        ap.error("mutmut is not installed: .venv/bin/pip install mutmut==3.8.1")
+    return run(modules, args.jobs, args.keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
