@@ -38,13 +38,16 @@ CORE = ("controller/admission.py", "controller/config.py", "controller/portstats
         "hostagent/agent.py", "hostagent/channel.py", "hostagent/plan.py", "apps/lessor/pmpt.py",
         "apps/lessor/pre.py", "apps/lrc/model.py", "apps/lrc/control.py", "apps/prio_queues/logic.py")
 PACKAGES = ("apps", "benchmarks", "bwfabric", "controller", "experiments", "hostagent", "mininet_topos")
+# what the unit tests read besides the packages (mutmut runs them inside its mutants/ copy)
+ALSO_COPY = ("examples/", "docs/", ".ci/", "README.md", "setup.py", "requirements.txt", "pytest.ini", "bwfabric.sh")
 TARGET_KILL_RATE = 0.90
 _RESULT = re.compile(r"^\s*(?P<name>[\w.]+__mutmut_\d+):\s*(?P<status>.+?)\s*$")
 
 
 def setup_cfg(modules: list[str], tests: str) -> str:
     lines = ["[mutmut]", "source_paths=", *(f"    {p}/" for p in PACKAGES), "only_mutate=",
-             *(f"    {m}" for m in modules), "pytest_add_cli_args_test_selection=", f"    {tests}",
+             *(f"    {m}" for m in modules), "also_copy=", *(f"    {p}" for p in ALSO_COPY),
+             "pytest_add_cli_args_test_selection=", f"    {tests}",
              "pytest_add_cli_args=", "    -p", "    no:cacheprovider", "    -q"]
     return "\n".join(lines) + "\n"
 
