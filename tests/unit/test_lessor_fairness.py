@@ -10,12 +10,10 @@ from hypothesis import given, settings, strategies as st
 
 from apps.lessor import fairness
 from apps.lessor.fairness import FairnessError, receiver_caps, water_level
-from apps.lessor.logic import LessorLogic
-from controller import ofmsg
-from controller.fakenet import FakeNetwork
 from controller.network_view import NetworkView
 from controller.pipeline import METER_LESSOR_BASE
 from mininet_topos import builders
+from tests.unit.test_lessor_fakenet import _poll, _setup    # the k = 4 fat tree at 10 Mb/s, every switch connected
 
 MB = 1e6
 # lessor-permutation seed 11's receiver: h9 -> h10 shares e2_0, h3 -> h10 and h11 -> h10 come from other ToRs
@@ -99,21 +97,6 @@ def test_policed_flows_sit_at_the_level_and_the_rest_keep_their_headroom(rates, 
 
 
 # ---- LESSOR on the fake fabric --------------------------------------------------------------
-def _setup():
-    view = NetworkView(builders.fattree(4, link_mbps=10))
-    logic = LessorLogic(view)
-    net = FakeNetwork(view)
-    for sw in view.switches:
-        net.apply(sw, logic.switch_connected(sw))
-    return view, logic, net
-
-
-def _poll(logic, net, now):
-    for sw, reqs in logic.poll(now).items():
-        for req in reqs:
-            logic.flow_stats(sw, net.flow_stats(sw, req), now)
-
-
 def _second(logic, net, mbps: dict[str, float], t: float, flows=INTO_H10):
     """One second at these rates (Mb/s by sender), then a poll, an allocation if one is needed, and police()."""
     for s, d, sport in flows:
