@@ -125,6 +125,8 @@ class PrioQueuesLogic:
         """A host's meter and its two metered entries (``add``), the meter
         alone (``modify``: a new rate), or the entries and then the meter
         (``delete``)."""
+        if command not in ("add", "modify", "delete"):
+            raise ValueError(f"prio_queues: meter command {command!r} (add, modify, delete)")
         _, port = self.view.host_switch(host)
         rate = int(mbps * 1000)
         if command == "modify":

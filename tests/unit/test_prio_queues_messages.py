@@ -87,6 +87,8 @@ def test_update_touches_only_the_hosts_whose_guarantee_moved(view):
     # a refused set changes nothing
     with pytest.raises(ValueError, match="h2"):
         lg.update({"h1": 1.0, "h2": 11.0})
+    with pytest.raises(ValueError, match="burst_kbit"):
+        lg.update({"h1": 1.0}, burst_kbit=0)
     assert lg.guarantees == {"h1": 3.0, "h2": 1.0, "h16": 0.5} and lg.burst_kbit == 200
 
 
@@ -110,6 +112,18 @@ def test_bursts_from_1_to_2_32_less_1_kilobits_are_accepted(view, burst):
 def test_any_other_burst_is_refused(view, burst):
     with pytest.raises(ValueError, match="burst_kbit"):
         L.PrioQueuesLogic(view, {"h3": 1.0}, burst_kbit=burst)
+
+
+def test_every_problem_is_named_in_one_refusal_that_names_its_section(view):
+    with pytest.raises(ValueError) as err:
+        L.PrioQueuesLogic(view, {"h3": 0, "nobody": 1.0}, burst_kbit=0)
+    assert str(err.value) == ("prio_queues: h3: guarantee 0 must be a positive number of Mb/s; 'nobody' is not "
+                              "a host of the topology; burst_kbit 0 must be a positive integer (kilobits) "
+                              "below 2^32")
+    with pytest.raises(ValueError, match="^prio_queues: guarantees need the network view$"):
+        L.PrioQueuesLogic(None, {"h1": 1.0})
+    with pytest.raises(ValueError, match="meter command 'ADD'"):
+        L.PrioQueuesLogic(view, {"h1": 1.0})._meter_entries("h1", 1.0, "ADD")
 
 
 def test_unknown_hosts_and_guarantees_without_a_view_are_refused(view):
