@@ -528,13 +528,22 @@ def verdicts(runs: list[dict]) -> list[dict]:
         checks[f"aggregate >= {AGGREGATE_OF_IDEAL} of the max-min ideal"] = \
             bw["aggregate"]["of_ideal"] >= AGGREGATE_OF_IDEAL
         # a missed guarantee whose lowest window spans an emulator stall says so (it stays missed)
-        notes = [f"{t} {bw[t]['held']:.2f} of g in {bw[t]['low_window'][0]:.1f}-{bw[t]['low_window'][1]:.1f} s, "
-                 f"beside an emulator stall at {', '.join(f'{x:.1f}' for x in hit)} s"
-                 for t in BACKLOGGED if bw[t]["held"] < GUARANTEE_HELD and bw[t].get("low_window")
-                 for hit in [[x for x in bw.get("stalls", [])
-                              if bw[t]["low_window"][0] - 0.6 <= x <= bw[t]["low_window"][1] + 0.6]] if hit]
+        notes = [note for t in BACKLOGGED if (note := _stall_note(t, bw[t], bw.get("stalls", [])))]
         out.append({"rep": i, "checks": checks, "notes": notes})
     return out
+
+
+def _stall_note(tenant: str, summary: dict, stall_times: list[float]) -> str | None:
+    """What to say of a tenant whose guarantee was missed in a window beside
+    an emulator stall (a sample either side counts); None otherwise."""
+    window = summary.get("low_window")
+    if summary["held"] >= GUARANTEE_HELD or not window:
+        return None
+    hit = [x for x in stall_times if window[0] - 0.6 <= x <= window[1] + 0.6]
+    if not hit:
+        return None
+    return (f"{tenant} {summary['held']:.2f} of g in {window[0]:.1f}-{window[1]:.1f} s, "
+            f"beside an emulator stall at {', '.join(f'{x:.1f}' for x in hit)} s")
 
 
 def envelope(topo, ideal: dict[str, float], web_load: float, link_mbps: float, mtu: int,
