@@ -32,7 +32,7 @@ from pathlib import Path
 
 from controller.agent_sessions import Session
 from controller.tenancy import Endpoint
-from hostagent.channel import host_key, write_secret
+from bwcommon.channel import host_key, write_secret
 
 
 def start_agents(workdir: Path, n: int, master: bytes) -> dict[str, subprocess.Popen]:

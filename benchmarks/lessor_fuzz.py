@@ -30,7 +30,7 @@ from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser as parser
 
 from controller import ofmsg
-from controller.fakenet import FakeNetwork
+from bwtesting.fakenet import FakeNetwork
 from mininet_topos import builders
 
 

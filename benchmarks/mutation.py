@@ -35,11 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # the modules issue #33 names as the core
 CORE = ("controller/admission.py", "controller/config.py", "controller/portstats.py", "controller/api.py",
-        "hostagent/agent.py", "hostagent/channel.py", "hostagent/plan.py", "apps/lessor/pmpt.py",
-        "apps/lessor/pre.py", "apps/lrc/model.py", "apps/lrc/control.py", "apps/prio_queues/logic.py")
-PACKAGES = ("apps", "benchmarks", "bwfabric", "controller", "experiments", "hostagent", "mininet_topos")
+        "hostagent/agent.py", "bwcommon/channel.py", "hostagent/plan.py", "apps/lessor/pmpt.py",
+        "apps/lessor/pre.py", "bwcommon/lrc.py", "apps/lrc/control.py", "hostagent/pair_rates.py",
+        "apps/prio_queues/logic.py")
+PACKAGES = ("apps", "benchmarks", "bwcommon", "bwfabric", "bwtesting", "controller", "experiments", "hostagent",
+            "mininet_topos")
 # what the unit tests read besides the packages (mutmut runs them inside its mutants/ copy)
-ALSO_COPY = ("examples/", "docs/", ".ci/", "README.md", "setup.py", "requirements.txt", "pytest.ini", "bwfabric.sh")
+ALSO_COPY = ("examples/", "docs/", ".ci/", "README.md", "pyproject.toml", "requirements.txt", "pytest.ini", "bwfabric.sh")
 TARGET_KILL_RATE = 0.90
 _RESULT = re.compile(r"^\s*(?P<name>[\w.]+__mutmut_\d+):\s*(?P<status>.+?)\s*$")
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from apps.lessor.hedera import global_first_fit  # noqa: E402
-from apps.lessor.lp import max_concurrent_flow_lp, one_path_optimum_milp  # noqa: E402
+from bwtesting.lp import max_concurrent_flow_lp, one_path_optimum_milp  # noqa: E402
 from apps.lessor.paths import PathDictionary  # noqa: E402
 from apps.lessor.pmpt import DEFAULT_EPSILON, pmpt  # noqa: E402
 from controller.network_view import NetworkView  # noqa: E402

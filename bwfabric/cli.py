@@ -191,7 +191,7 @@ def cmd_agent(args) -> int:
 
 def cmd_agent_key(args) -> int:
     """Derive one host's agent key from the controller's master secret."""
-    from hostagent.channel import ChannelError, host_key, load_secret, write_secret
+    from bwcommon.channel import ChannelError, host_key, load_secret, write_secret
     try:
         if args.new_master:
             import secrets
@@ -314,9 +314,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# what each command needs installed beyond the base (the agent's) install: pyproject.toml's extras
+COMMAND_EXTRA = {"controller": "controller", "topology": "controller", "check-config": "controller",
+                 "config-reference": "controller", "experiment": "emulation", "simulate": "emulation"}
+OUR_PACKAGES = {"bwcommon", "hostagent", "controller", "apps", "bwfabric", "bwtesting", "mininet_topos",
+                "experiments", "benchmarks"}
+
+
+def missing_extra(command: str, exc: ModuleNotFoundError) -> str | None:
+    """The hint for a command whose role's packages are not installed (a
+    third-party module missing), None for anything else."""
+    top = (exc.name or "").split(".")[0]
+    if not top or top in OUR_PACKAGES:
+        return None
+    extra = COMMAND_EXTRA.get(command)
+    where = f"pip install 'bwfabric[{extra}]'" if extra else "pip install bwfabric"
+    return (f"bwfabric {command}: needs {top!r}, which this installation lacks; this command is the "
+            f"{extra or 'agent'} role's: {where} (docs/deploy.md)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ModuleNotFoundError as exc:
+        hint = missing_extra(args.command, exc)
+        if hint is None:
+            raise
+        print(hint, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

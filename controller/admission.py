@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from controller.topology import TopologyDescription
-from controller.validate import finite_number
+from bwcommon.validate import finite_number
 
 TOLERANCE = 1e-9          # relative: guarantees summing to exactly mu x C are admitted
 

@@ -1,7 +1,7 @@
 """The controller owns the host agents: one session per declared agent.
 
 Each session keeps one persistent connection to its agent (the
-authenticated channel of :mod:`hostagent.channel`) and one sender thread,
+authenticated channel of :mod:`bwcommon.channel`) and one sender thread,
 so a slow or dead agent blocks nobody but itself. A session holds
 
 - the host's **desired configuration** (full state, derived from the
@@ -41,14 +41,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from apps.lrc.model import report_problems
+from bwcommon.lrc import report_problems
 from controller import tenancy
 from controller.config import Loaded
-from controller.loops import LoopGuard
-from hostagent.channel import ChannelError, host_key, load_secret
-from hostagent.client import AgentClient
-from hostagent.plan import CLASS_BG, CLASS_WC, CLASS_YOUNG, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
-from hostagent.transport import FrameError
+from bwcommon.loops import LoopGuard
+from bwcommon.channel import ChannelError, host_key, load_secret
+from bwcommon.agentclient import AgentClient
+from bwcommon.hostconfig import CLASS_BG, CLASS_WC, CLASS_YOUNG, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
+from bwcommon.transport import FrameError
 
 log = logging.getLogger("bwfabric.agents")
 MAX_RETRY_S = 0.5    # a restarted agent is found within half a second of listening

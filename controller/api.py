@@ -48,7 +48,7 @@ from werkzeug.wrappers import Request, Response
 
 from controller import admission, metrics
 from controller.config import NAME_PATTERN, ConfigError, Tenant, Vm, schema_errors, write_private
-from controller.validate import read_bounded, strict_json
+from bwcommon.validate import read_bounded, strict_json
 
 log = logging.getLogger("bwfabric.api")
 MAX_BODY = 64 * 1024

@@ -11,7 +11,7 @@ import threading
 import time
 
 from controller import api, config, metrics, ofmsg, ofsend, runtime
-from controller.loops import LoopGuard
+from bwcommon.loops import LoopGuard
 from controller.network_view import NetworkView
 from controller.portstats import PortLoads
 from controller.sdn import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, BaseApp, hub, ofp_event,

@@ -35,14 +35,14 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-# the defaults are the algorithms' own (literals here would drift from them)
-from apps.lessor.pmpt import DEFAULT_EPSILON
-from apps.lrc.model import LrcParams
-from apps.lessor.pre import LONG_FLOW_BYTES, PollingConfig
+# each app declares its own settings (apps/<app>/settings.py: pydantic + bwcommon only); composed here
+from apps.lessor.settings import Lessor
+from apps.lrc.settings import Lrc
+from apps.prio_queues.settings import PrioQueues
 from controller.topology import TopologyDescription, TopologyError, host_address_problem
-from controller.validate import IPAddress, StrictModel, read_bounded
-from hostagent.plan import MAX_NIC_MBPS, MPTCP_CCS, NETNS_NAME, Tuning
-from hostagent.policy import POLICIES
+from bwcommon.validate import IPAddress, StrictModel, read_bounded
+from bwcommon.hostconfig import MAX_NIC_MBPS, MPTCP_CCS, NETNS_NAME, Tuning
+from bwcommon.policy import POLICIES
 
 MAX_CONFIG_BYTES = 1 << 20
 MIN_GUARANTEE_MBPS = 0.001     # 1 kb/s: OpenFlow meters take whole kb/s (a smaller B would be metered at 0)
@@ -90,52 +90,6 @@ class Controller(_Strict):
                                 "(link loads for the API and metrics)")
 
 
-class Polling(_Strict):
-    lower: float = Field(PollingConfig.lower, ge=0, le=1, description="Algorithm 1's lower CPU threshold LT")
-    upper: float = Field(PollingConfig.upper, ge=0, le=1, description="Algorithm 1's upper CPU threshold UT")
-    initial_s: float = Field(PollingConfig.initial_s, gt=0, description="first polling period (s)")
-    alpha: float = Field(PollingConfig.alpha, gt=0, lt=1, description="period step factor")
-    alpha_min: float = Field(PollingConfig.alpha_min, gt=0, lt=1, description="smallest step factor")
-    alpha_step: float = Field(PollingConfig.alpha_step, ge=0, lt=1, description="step factor change")
-    min_s: float = Field(PollingConfig.min_s, gt=0, description="shortest polling period (s)")
-    max_s: float = Field(PollingConfig.max_s, gt=0, le=3600, description="longest polling period (s)")
-    rtt_factor: float = Field(PollingConfig.rtt_factor, gt=0, le=100,
-                              description="an RTT this many times the average counts as a controller backlog")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "Polling":
-        try:
-            self.polling_config().check()     # the ordering rules (lower < upper, min <= initial <= max, ...)
-        except ValueError as exc:
-            raise ValueError(str(exc).removeprefix("polling: ")) from None
-        return self
-
-    def polling_config(self) -> PollingConfig:
-        return PollingConfig(**self.model_dump())
-
-
-class Lessor(_Strict):
-    epsilon: float = Field(DEFAULT_EPSILON, gt=0, lt=0.5, description="PMPT's approximation parameter")
-    long_flow_bytes: int = Field(LONG_FLOW_BYTES, ge=1, le=10**12,
-                                 description="a flow that sent this many bytes in one period is long")
-    polling: Polling = Field(default_factory=Polling, description="PRE's CPU-adaptive polling (Algorithm 1)")
-    bg_first: bool = Field(True, description="with prio queues: place the long flows that carry BG (first "
-                           "subflows, UDP) before the rest, each link's BG within admission.mu x its capacity")
-    bg_routes: bool = Field(True, description="with bg_first: every VM's BG on a default route from its first "
-                            "packet, packed so each link's hose bound of BG stays within admission.mu x its capacity")
-    fair_receivers: bool = Field(True, description="without prio queues: police the long flows into a host whose "
-                                 "link is saturated at its max-min share, by meters at their source ToRs "
-                                 "(with prio queues the WC policy shares what BG leaves)")
-
-
-class PrioQueues(_Strict):
-    meters: bool = Field(True, description="meter each VM's BG at its ToR at its guarantee (x meter_headroom)")
-    meter_headroom: float = Field(1.05, ge=1, le=2, description="ToR meters police BG at guarantee x this, "
-                                  "so a host's own HTB-shaped BG never meets them")
-    burst_kbit: int | None = Field(None, gt=0, lt=2**32, description="meter burst in kilobits (default: "
-                                   "50 ms at the guarantee, at least two GSO super-packets)")
-
-
 # ---- host agents ----------------------------------------------------------------------------
 # A host's tuning: the agent's own model (one schema for both sides of the channel)
 AgentTuning = Tuning
@@ -153,7 +107,7 @@ class AgentHost(_Strict):
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
-        from hostagent.transport import parse_address
+        from bwcommon.transport import parse_address
         parse_address(v)
         return v
 
@@ -180,7 +134,7 @@ class Agents(_Strict):
     @classmethod
     def _template(cls, v: str | None) -> str | None:
         if v is not None:
-            from hostagent.transport import parse_address
+            from bwcommon.transport import parse_address
             if "{host}" not in v:
                 raise ValueError("must contain {host}")
             parse_address(v.replace("{host}", "h"))
@@ -248,26 +202,6 @@ class Api(_Strict):
             raise ValueError(f"{v!r} must be ADDR:PORT")
         ipaddress.ip_address(host.strip("[]"))
         return v
-
-
-class Lrc(LrcParams):
-    """LRC (logistic rate control): the controller steps a factor per link
-    from port statistics every tau_r and pushes each VM-pair's terms to the
-    sending host's agent, which steps v every tau_v and sets the pair's
-    limits (docs/lrc.md)."""
-    enabled: bool = Field(False, description="run LRC (needs agents; the port statistics are polled every "
-                          "tau_r_s)")
-    mode: Literal["combined", "paper"] = Field("combined", description="combined: per VM-pair BG limited to "
-                                               "B_i, WC to max(B_i, v_i) - B_i; paper: one subflow limited to "
-                                               "max(B_i, v_i) (tenants' wc_subflows must be 0)")
-
-    wc: Literal["competition", "ceiling"] = Field("competition", description="combined mode: the WC subflows "
-                                                  "get max(B_i, v_i) - B_i as the VM's WC competition level "
-                                                  "(A_l = the pairs' excess / U; bwf_wc shares the spare in "
-                                                  "proportion) or as an HTB ceiling per pair")
-
-    def params(self) -> LrcParams:
-        return LrcParams(**self.model_dump(exclude={"enabled", "mode", "wc"}))
 
 
 class Fabric(_Strict):

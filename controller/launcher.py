@@ -9,6 +9,7 @@ with ``BWFABRIC_CONFIG=bwfabric.yaml ryu-manager apps/routing/ecmp.py``
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import logging
 import signal
 import socket
@@ -25,6 +26,9 @@ APPS = {
     "hedera": "apps.lessor.hedera_app",
     "prio_queues": "apps.prio_queues.app",
 }
+# services the launcher starts beside the apps, loaded by name as the apps are (the controller
+# package imports no app module but an app's settings: docs/architecture.md)
+SERVICES = {"lrc": "apps.lrc.service"}
 ROUTING_APPS = {"single_path", "ecmp", "lessor", "hedera"}  # each installs the forwarding defaults
 
 
@@ -185,7 +189,7 @@ def start_services(rt: runtime.Runtime) -> Services:
     from controller import metrics
     metrics.register("runtime", lambda: runtime.samples(rt))
     metrics.register("agents", lambda: sessions.samples(rt.loaded))
-    from apps.lrc.service import LrcService
+    LrcService = importlib.import_module(SERVICES["lrc"]).LrcService
     from controller import api as api_mod
     from controller.network_view import NetworkView
     # the routing app registers its port-statistics poll when it starts (after these services)

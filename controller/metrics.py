@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from controller.validate import finite_number
+from bwcommon.validate import finite_number
 
 log = logging.getLogger("bwfabric.metrics")
 

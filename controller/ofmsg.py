@@ -2,7 +2,7 @@
 
 Apps return lists of these; :mod:`controller.ofsend` is the one place that
 turns them into os-ken/Ryu parser objects and sends them, and
-:mod:`controller.fakenet` applies them to simulated switches in tests.
+:mod:`bwtesting.fakenet` applies them to simulated switches in tests.
 Match field names are the OXM names os-ken uses (``ipv4_dst``, ``arp_tpa``,
 ``ip_dscp``...); a masked value is a ``(value, mask)`` tuple.
 """

@@ -28,7 +28,7 @@ from typing import Callable
 
 from controller import config
 from controller.config import ConfigError, Loaded
-from controller.loops import LoopGuard
+from bwcommon.loops import LoopGuard
 
 log = logging.getLogger("bwfabric.runtime")
 Listener = Callable[[Loaded, Loaded], None]

@@ -16,7 +16,7 @@ configuration, so the switches and the hosts never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from hostagent.plan import HostConfig, HostSettings, LrcPeer, LrcPolicy, VmPolicy
+from bwcommon.hostconfig import HostConfig, HostSettings, LrcPeer, LrcPolicy, VmPolicy
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def deliverable_problems(loaded) -> list[str]:
     API accept exactly what the agents and switches can apply."""
     from pydantic import ValidationError
 
-    from hostagent.plan import PlanError
+    from bwcommon.hostconfig import PlanError
     problems = []
     unmanaged = set(loaded.cfg.agents.unmanaged)
     meters = meter_rates(loaded)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.validate import finite_number, read_bounded, strict_json
+from bwcommon.validate import finite_number, read_bounded, strict_json
 
 MAX_FILE_BYTES = 64 << 20
 ROLES = ("edge", "aggregation", "core")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from experiments.fabric import Fabric
 from hostagent import cc
-from hostagent.channel import host_key, load_secret, write_secret
+from bwcommon.channel import host_key, load_secret, write_secret
 
 STOP_S = 60.0       # for every agent to remove what it put in force and exit, all together
 

@@ -29,12 +29,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.delayline import sh
+from mininet_topos.delayline.testbed import sh
 from experiments.coupled import SENDER, SINK
-from controller.contract import TOS_MASK, TOS_WC
+from bwcommon.contract import TOS_MASK, TOS_WC
 from hostagent import cc
-from hostagent.channel import host_key, write_secret
-from hostagent.client import AgentClient
+from bwcommon.channel import host_key, write_secret
+from bwcommon.agentclient import AgentClient
 from mininet_topos.delayline import DelayLine, offloads_off
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from bwfabric.client import ApiClient  # noqa: F401 (re-exported for experiments)
-from hostagent.channel import write_secret
+from bwcommon.channel import write_secret
 
 
 def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_queues: bool = False,

@@ -13,7 +13,7 @@ B answers on the path it was reached by.
 A's congestion control is chosen as the product chooses it: the agent's
 map bwf_ccsel (by the subflow's source address), read by bwf_sockops. The
 BPF programs record every decision into bwf_cctrace when asked
-(``trace=True``), and :func:`hostagent.coupled_models.replay` checks them.
+(``trace=True``), and :func:`bwtesting.coupled_models.replay` checks them.
 
     python -m experiments.coupled check [--seconds 8]       # the three controls against their models
     python -m experiments.coupled lia-shared                 # LIA vs one TCP flow on one bottleneck
@@ -37,9 +37,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from benchmarks.delayline import sh
+from mininet_topos.delayline.testbed import sh
 from hostagent import bpfring, cc
-from hostagent.coupled_models import replay
+from bwtesting.coupled_models import replay
 from hostagent.plan import MPTCP_CCS
 from mininet_topos.delayline import DelayLine, offloads_off
 

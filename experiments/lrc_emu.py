@@ -237,7 +237,7 @@ def _combined(run: Run) -> dict:
     # LRC's allocation of what the link carried: weighted max-min with the guarantees as floors (the
     # pair weights of Eq. 1 are 2·w here: one receiver each); the spare is shared by weight among the
     # pairs it lifts above their guarantee
-    from controller.maxmin import weighted_max_min
+    from experiments.maxmin import weighted_max_min
     carried = sum(per[s]["bg"] + per[s]["wc"] for s in SENDERS)
     ideal = dict(zip(SENDERS, weighted_max_min([["L"]] * 4, {"L": carried}, [2 * w[s] for s in SENDERS],
                                                [g[s] for s in SENDERS])))
@@ -378,7 +378,7 @@ def _vms(run: Run) -> dict:
         rate = sum(window_mean(rates, f"{k}-{snd}", a, b) for k in ("tcp", "udp"))
         per[snd] = {"tenant": t, "receiver": rcv, "mbps": rate, "guarantee": g[t], "weight": w[t],
                     "of_guarantee": rate / g[t], "pair_limits_mbps": limits.get(snd, {})}
-    from controller.maxmin import weighted_max_min
+    from experiments.maxmin import weighted_max_min
     carried = sum(v["mbps"] for v in per.values())
     keys = list(per)
     ideal = dict(zip(keys, weighted_max_min([["L"]] * len(keys), {"L": carried},

@@ -11,7 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from controller.contract import NFT_DSCP_BG, NFT_DSCP_WC
+from bwcommon.contract import NFT_DSCP_BG, NFT_DSCP_WC
 
 JOIN_PORT_BASE = 10100   # hostagent.plan.HostConfig.join_port_base's default: WC joins go to these ports
 from experiments.fabric import Fabric

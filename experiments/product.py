@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from controller.network_view import NetworkView
-from controller.maxmin import max_min_fair
+from experiments.maxmin import max_min_fair
 from experiments import configs
 from experiments import results as R
 from experiments.agents import Agents, BpfLoaded, wait_in_force

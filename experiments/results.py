@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from controller.maxmin import max_min_fair
+from experiments.maxmin import max_min_fair
 from controller.network_view import NetworkView
 
 # Userspace OVS on this machine forwards about 65-75k packets/s in total,

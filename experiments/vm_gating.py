@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 
-from benchmarks.delayline import sh, testbed
+from mininet_topos.delayline.testbed import sh, testbed
 from mininet_topos.delayline import DelayLine
 
 RTT_RE = re.compile(r"\brtt:([0-9.]+)/")

@@ -8,7 +8,7 @@ own behind the host's NIC (issue #32 §4; :mod:`hostagent.netns`).
 Transport: a stream socket (``unix:/path`` -- reachable from the controller's
 namespace in Mininet, since the filesystem is shared -- or ``tcp:ADDR:PORT``)
 carrying frames of a 4-byte big-endian length and one channel message
-(:mod:`hostagent.channel`). Every request gets a signed reply
+(:mod:`bwcommon.channel`). Every request gets a signed reply
 ``{"ok": bool, ...}``.
 
 Message types (controller -> agent):
@@ -58,11 +58,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from hostagent.channel import ChannelError, ReplayGuard, Receiver, Sender
+from bwcommon.channel import ChannelError, ReplayGuard, Receiver, Sender
 from hostagent.executor import ExecError, Executor
 from hostagent.observe import BufferSizer
 from hostagent.plan import HostConfig, PlanError, host_plan
-from hostagent.transport import FrameServer, listen
+from bwcommon.transport import FrameServer, listen
 
 log = logging.getLogger("bwfabric.agent")
 
@@ -223,7 +223,7 @@ class Vm:
                                           abs(a_l - self.lrc_a_l) > max(0.02 * self.lrc_a_l, 0.005))
         if moved_a_l:
             from hostagent.plan import BPF_MAP, BpfMapSet
-            from hostagent.policy import fixed_point
+            from bwcommon.policy import fixed_point
             self.executor.apply_bpf(BpfMapSet(BPF_MAP, self.config.address, fixed_point(a_l)))
             self.lrc_a_l = a_l
         if set(want) != set(self.lrc_in_force):
@@ -658,7 +658,7 @@ class Agent:
             guard.run(f"{kind} {name}", lambda n=name: fn(n))
 
     def ese_loop(self, period_s: float = 0.05) -> None:
-        from controller.loops import LoopGuard
+        from bwcommon.loops import LoopGuard
 
         guard = self.ese_loops = LoopGuard(log)
         while True:
@@ -666,7 +666,7 @@ class Agent:
             guard.run("ese", lambda: self._every_vm(guard, "ese", lambda n: self.ese_round(vm=n)))
 
     def lrc_loop(self) -> None:
-        from controller.loops import LoopGuard
+        from bwcommon.loops import LoopGuard
 
         guard = self.lrc_loops = LoopGuard(log)
         while True:
@@ -677,7 +677,7 @@ class Agent:
     def buffer_loop(self, period_s: float = 2.0) -> None:
         import subprocess
 
-        from controller.loops import LoopGuard
+        from bwcommon.loops import LoopGuard
 
         guard = self.loops = LoopGuard(log)
 
@@ -694,7 +694,7 @@ class Agent:
             guard.run("buffer", lambda: self._every_vm(guard, "buffer", one))
 
     def serve(self, server: socket.socket, **limits) -> FrameServer:
-        """Serve the channel on ``server`` (see :mod:`hostagent.transport`
+        """Serve the channel on ``server`` (see :mod:`bwcommon.transport`
         for the limits); returns the server, whose ``stop`` ends it."""
         self.server = FrameServer(self.handle, **limits)
         self.server.serve(server)
@@ -835,7 +835,7 @@ WAKE_S = 0.2        # the main thread's longest sleep: how soon a signal's handl
 
 def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc: bool = False,
          bpf_dir: str | None = None) -> int:
-    from hostagent.channel import load_secret
+    from bwcommon.channel import load_secret
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent[{host}] %(levelname)s %(message)s")
     try:

@@ -35,8 +35,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from bwcommon.buildcache import build_dir
+
 SRC = Path(__file__).resolve().parent / "bpf"
-BUILD = Path(__file__).resolve().parents[1] / "build" / "bpf"
+BUILD = build_dir("bpf")
 # a bpffs of our own outside /sys: `ip netns exec` remounts /sys and would
 # hide /sys/fs/bpf from agents started that way
 BPFFS = Path("/run/bwfabric/bpf")
@@ -105,7 +107,7 @@ def build(extra: dict[str, Path] | None = None) -> dict[str, Path]:
     vmlinux = BUILD / "vmlinux.h"
     if not vmlinux.exists():
         vmlinux.write_text(_run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"]))
-    from controller import contract
+    from bwcommon import contract
     from hostagent.plan import BG_PACE_AFTER_BYTES, BG_PACE_HEADROOM, CLASS_YOUNG
     major, minor = CLASS_YOUNG.split(":")
     defines = [f"-DTOS_WC={contract.TOS_WC:#x}", f"-DTOS_MASK={contract.TOS_MASK:#x}",

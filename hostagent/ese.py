@@ -134,7 +134,7 @@ def main(argv=None) -> None:
     if not addrs:
         print("usage: python -m hostagent.ese [--by-endpoint] ADDRESS [ADDRESS ...]", file=sys.stderr)
         sys.exit(2)
-    from controller.loops import LoopGuard
+    from bwcommon.loops import LoopGuard
 
     closer = EseCloser(addrs, by_endpoint)
     guard = LoopGuard(log)          # a failed round is logged and counted; the next one runs

@@ -11,13 +11,13 @@
   ESTABLISHED entry with data in flight is refreshed to the
   "unacknowledged" timeout (300 s), not the established one (5 days): a
   remaining timeout at or below the former is read against it.
-- Algorithm 1 (:func:`apps.lrc.model.sender_halves`): the sender half
+- Algorithm 1 (:func:`bwcommon.lrc.sender_halves`): the sender half
   B_x·w_y/Σ_{X^r} w of every open pair, recomputed whenever the open set
   changes; until the controller's B_i (both halves of Eq. 2) arrives, and
   whenever it is older than ``fallback_s``, a pair's guarantee is its
   sender half; otherwise min(sender half, controller's B_i).
 - v by Eq. 27 from the controller's latest (r̃_i, w_i) every τ_v
-  (:class:`apps.lrc.control.PairRates`: held when factors stop for
+  (:class:`hostagent.pair_rates.PairRates`: held when factors stop for
   ``hold_s``, B_i after ``fallback_s``).
 - Limits: paper mode one limit max(B_i, v_i) per pair; combined mode BG =
   B_i per pair and the rest, max(B_i, v_i) − B_i, to the WC subflows --
@@ -33,8 +33,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apps.lrc import model as M
-from apps.lrc.control import PairRates
+from bwcommon import lrc as M
+from hostagent.pair_rates import PairRates
 from hostagent.plan import LrcPolicy, PairLimit
 
 TCP, UDP = 6, 17

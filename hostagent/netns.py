@@ -21,8 +21,9 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
+from bwcommon.hostconfig import NETNS_NAME as NAME_PATTERN   # an `ip netns` name (the config's and the agent's)
+
 NETNS_RUN_DIR = Path("/run/netns")          # where ``ip netns add`` names namespaces
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"      # an `ip netns` name (the config's and the agent's)
 NAME_RE = re.compile(NAME_PATTERN)
 
 

@@ -13,7 +13,7 @@ import collections
 import re
 from dataclasses import dataclass
 
-from hostagent.policy import receive_buffer_bytes
+from bwcommon.policy import receive_buffer_bytes
 
 _RTT = re.compile(r"\brtt:([\d.]+)/")
 _RATE = re.compile(r"\bdelivery_rate (\d+)bps")

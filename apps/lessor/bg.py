@@ -31,7 +31,7 @@ from typing import Mapping
 
 from apps.lessor.bg_routes import HoseVm
 from apps.lessor.pmpt import check_mu
-from controller.validate import finite_number
+from bwcommon.validate import finite_number
 
 IPPROTO_TCP, IPPROTO_UDP = 6, 17
 JOIN_PORTS = 8          # hostagent.plan: wc_subflows <= 8, join ports base .. base + wc_subflows - 1

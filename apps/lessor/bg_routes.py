@@ -52,7 +52,7 @@ from typing import Iterable, Mapping
 
 from apps.lessor.pmpt import check_mu
 from controller.network_view import NetworkView
-from controller.validate import finite_number
+from bwcommon.validate import finite_number
 
 Link = tuple[str, str]
 TOLERANCE = 1e-9

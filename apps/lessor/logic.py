@@ -42,9 +42,10 @@ from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import DEFAULT_EPSILON, Allocation, LongFlow, mrtf_key, pmpt
 from apps.lessor.pre import LONG_FLOW_BYTES, AdaptivePolling, FlowTable, PollingConfig, PollSchedule
 from apps.routing.logic import DestinationRouting
-from controller import contract, ofmsg
+from bwcommon import contract
+from controller import ofmsg
 from controller.network_view import NetworkView
-from controller.validate import finite_number
+from bwcommon.validate import finite_number
 from controller.pipeline import (APP_ACCOUNT, APP_LESSOR, COOKIE_APP_MASK, METER_LESSOR_BASE, METER_LESSOR_SLOTS,
                                  PRIO_EXACT_FLOW, TABLE_ACCOUNT, TABLE_FORWARD, cookie)
 

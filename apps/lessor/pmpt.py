@@ -62,9 +62,9 @@ import numpy as np
 
 from apps.lessor.paths import PathDictionary
 from apps.lessor.placement import place
-from controller.validate import finite_number
+from apps.lessor.settings import DEFAULT_EPSILON
+from bwcommon.validate import finite_number
 
-DEFAULT_EPSILON = 0.05
 # A ToR pair whose long flows add up to less than this (bits/s) has nothing
 # to place; tinier demands would only overflow the scaling (a subnormal
 # demand made the cut bound infinite).

@@ -28,36 +28,11 @@ from typing import Hashable, Iterable
 import networkx as nx
 
 from controller.network_view import NetworkView
-from controller.validate import finite_number
+from apps.lessor.settings import LONG_FLOW_BYTES, PollingConfig  # noqa: F401 (re-exported)
+from bwcommon.validate import finite_number
 
-LONG_FLOW_BYTES = 100_000
 MAX_RTT_S = 3600.0   # a controller-switch RTT beyond an hour is no measurement (and sums of such overflow)
 RECHECK_BAND = 0.10
-
-
-@dataclass(frozen=True)
-class PollingConfig:
-    lower: float = 0.50        # LT
-    upper: float = 0.70        # UT
-    initial_s: float = 5.0
-    alpha: float = 0.05
-    alpha_min: float = 0.01
-    alpha_step: float = 0.01
-    min_s: float = 0.5
-    max_s: float = 60.0
-    rtt_factor: float = 2.0
-
-    def check(self) -> None:
-        bad = [f"{k}={v!r}" for k, v in vars(self).items() if not finite_number(v)]
-        if bad:
-            raise ValueError(f"polling: {', '.join(bad)} must be finite numbers")
-        if not 0 <= self.lower < self.upper <= 1:
-            raise ValueError(f"polling: need 0 <= lower ({self.lower}) < upper ({self.upper}) <= 1")
-        if not 0 < self.min_s <= self.initial_s <= self.max_s:
-            raise ValueError(f"polling: need 0 < min_s ({self.min_s}) <= initial_s ({self.initial_s}) "
-                             f"<= max_s ({self.max_s})")
-        if not 0 < self.alpha_min <= self.alpha < 1:
-            raise ValueError(f"polling: need 0 < alpha_min ({self.alpha_min}) <= alpha ({self.alpha}) < 1")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Compiled weighted max-min with floors and caps (numba), for LRC's
 joint equilibrium of full links at the controller (every τ_r) and for the
 flow-level simulators. The plain reference is
-:func:`controller.maxmin.weighted_max_min`; the tests hold the two equal."""
+:func:`experiments.maxmin.weighted_max_min`; the tests hold the two equal."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from apps.lrc import model as M
+from bwcommon import lrc as M
 from apps.lrc.control import LinkFactors, PairPath
 from controller.network_view import NetworkView
 

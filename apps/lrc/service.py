@@ -20,7 +20,7 @@ import time
 from typing import Callable
 
 from apps.lrc.logic import LrcController
-from controller.loops import LoopGuard
+from bwcommon.loops import LoopGuard
 from controller.network_view import NetworkView
 
 log = logging.getLogger("bwfabric.lrc")

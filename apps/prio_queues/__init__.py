@@ -1,2 +1,4 @@
-"""Two-priority (BG/WC) queues keyed on ToS. Not implemented yet: tracked by
-issue #4. Table 0 of the pipeline is reserved for its classification rules."""
+"""Two-priority (BG/WC) queues keyed on ToS (docs/apps.md): ``logic`` (pure:
+the classification table, per-VM ToR meters and their entries), ``app`` (the
+os-ken adapter), ``settings`` (its section of the configuration). Table 0 of
+the pipeline holds its classification rules."""

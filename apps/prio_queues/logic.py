@@ -37,10 +37,11 @@ port's egress instead. Both back-ends use the queue numbers below.
 
 from __future__ import annotations
 
-from controller import contract, ofmsg
-from controller.contract import DSCP_BG, DSCP_WC, QUEUE_BG, QUEUE_WC, TOS_BG, TOS_WC  # noqa: F401 (re-exported)
+from bwcommon import contract
+from controller import ofmsg
+from bwcommon.contract import DSCP_BG, DSCP_WC, QUEUE_BG, QUEUE_WC, TOS_BG, TOS_WC  # noqa: F401 (re-exported)
 from controller.network_view import NetworkView
-from controller.validate import finite_number
+from bwcommon.validate import finite_number
 from controller.pipeline import APP_PRIO_QUEUES, PRIO_CLASSIFY, TABLE_CLASSIFY, TABLE_FORWARD, cookie, wipe_app
 
 PRIO_UDP = PRIO_CLASSIFY + 203
@@ -49,7 +50,7 @@ PRIO_REWRITE = PRIO_CLASSIFY + 201
 PRIO_METERED = PRIO_CLASSIFY + 210
 PRIO_METERED_UDP = PRIO_CLASSIFY + 211
 # Meter burst (kilobits, as OpenFlow counts it for kb/s meters): the host
-# marker's bucket (controller.contract.bg_burst_bytes: 50 ms at the rate,
+# marker's bucket (bwcommon.contract.bg_burst_bytes: 50 ms at the rate,
 # never below two GSO super-packets), so that what a host lets out as BG
 # passes its ToR's meter. A smaller bucket drops a host that keeps to its
 # guarantee on average (seen: BG dips to half at 25 Mb/s with a 72 KB

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from controller import ofmsg
 from controller.network_view import NetworkView
-from controller.contract import DSCP_BG
+from bwcommon.contract import DSCP_BG
 from controller.pipeline import (APP_ROUTING, COOKIE_APP_MASK, PRIO_BG_BELOW, PRIO_BG_UP, PRIO_ROUTE, TABLE_ACCOUNT,
                                  TABLE_FORWARD, accounting_entries, cookie, pipeline_defaults, wipe_app)
 

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from controller.contract import TOS_BG
+from bwcommon.contract import TOS_BG
 from experiments import configs
 from experiments.bgwc.measure import RunLog, Traffic, measured, share_error, window_mean
 from experiments.bgwc.testbed import (FIG14_GUARANTEE, PAIR, SENDERS, TABLE3_ROWS, Config)

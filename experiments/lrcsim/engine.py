@@ -1,7 +1,7 @@
 """The discrete, delayed LRC system (paper §V-B), simulated.
 
 The controller's and the hosts' halves are the product's own classes
-(:class:`apps.lrc.control.LinkFactors`, :class:`apps.lrc.control.PairRates`);
+(:class:`apps.lrc.control.LinkFactors`, :class:`hostagent.pair_rates.PairRates`);
 this module only supplies what the fabric would:
 
 - time advances in steps of ``dt_s``; the hosts step every τ_v, the
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apps.lrc.control import LinkFactors, PairPath, PairRates
+from apps.lrc.control import LinkFactors, PairPath
+from hostagent.pair_rates import PairRates
 from experiments.lrcsim.scenario import Scenario
 
 

@@ -3,7 +3,7 @@
 - per flow: steady-state rate and enforced limit (means over the last
   ``steady_window_s`` before the flow stops or the run ends), the limit's
   coefficient of variation over that window, and the ideal: weighted
-  max-min with guarantees (:func:`controller.maxmin.weighted_max_min`, at
+  max-min with guarantees (:func:`experiments.maxmin.weighted_max_min`, at
   μC) for the flows active at that moment;
 - per epoch (a span with one set of active flows): the time from its start
   until the links that the ideal fills carry ≥ 95 % of μC *and stay
@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from controller.maxmin import weighted_max_min
+from experiments.maxmin import weighted_max_min
 from experiments.lrcsim.engine import Run, Trace, jain
 
 

@@ -4,7 +4,7 @@
 duration_s: 30
 delay_s: 0.2            # end of a port-stats interval -> the factor at the host
 controller: lrc         # or elastic (the ElasticSwitch-like allocator)
-params: {alpha: 10, beta: 1}        # apps.lrc.model.LrcParams; the rest default
+params: {alpha: 10, beta: 1}        # bwcommon.lrc.LrcParams; the rest default
 links:
   - {id: L, capacity_mbps: 1000}    # mu: the params' unless given
 flows:
@@ -26,8 +26,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from apps.lrc.model import LrcParams
-from controller.validate import StrictModel, strict_json
+from bwcommon.lrc import LrcParams
+from bwcommon.validate import StrictModel, strict_json
 
 NAME = r"^[A-Za-z0-9_.:-]{1,64}$"
 

@@ -5,7 +5,7 @@
   crossing 1-3 links, weights 0.5-4, half the flows with guarantees of up
   to 60 % of their narrowest link, scaled so no link's guarantees exceed
   60 % of μC): weighted max-min with guarantees, a_i = max(B_i, w_i·x),
-  computed by :func:`controller.maxmin.weighted_max_min`.
+  computed by :func:`experiments.maxmin.weighted_max_min`.
 
 Each instance is simulated to steady state; the figure is the worst
 relative error of a flow's steady rate against the ideal.

@@ -17,7 +17,7 @@
  *               off-period -- srtt is not updated with it and alpha is the
  *               largest alpha of the last delta.
  *
- * hostagent/coupled_models.py is the reference of all three, and decides
+ * bwtesting/coupled_models.py is the reference of all three, and decides
  * what the papers leave open; tests replay what this program recorded
  * (bwf_cctrace) through it.
  *

@@ -20,8 +20,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bwcommon.buildcache import build_dir
+
 SOURCE = Path(__file__).with_name("delayline.c")
-BUILD = Path(__file__).resolve().parents[2] / "build" / "delayline"
+BUILD = build_dir("delayline")
 
 
 class DelayLineError(RuntimeError):

@@ -26,8 +26,8 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from controller.contract import QUEUE_BG, QUEUE_WC
-from controller.validate import finite_number
+from bwcommon.contract import QUEUE_BG, QUEUE_WC
+from bwcommon.validate import finite_number
 from hostagent import plan as P
 
 WC_FLOOR_FRACTION = 0.01   # WC's guaranteed share of a port (HTB needs some rate)

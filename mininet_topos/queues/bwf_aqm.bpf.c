@@ -35,7 +35,7 @@ char _license[] SEC("license") = "GPL";
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
 #define ETH_P_IP 0x0800
-/* the BG/WC contract (controller/contract.py), passed by hostagent.cc.build */
+/* the BG/WC contract (bwcommon/contract.py), passed by hostagent.cc.build */
 #if !defined(TOS_WC) || !defined(TOS_MASK)
 #error "build with -DTOS_WC=... -DTOS_MASK=... (hostagent.cc.build does)"
 #endif

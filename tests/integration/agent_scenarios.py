@@ -136,14 +136,14 @@ def refused_configs_change_nothing(tmp: Path, n: int = 300) -> dict:
     report the first config in force."""
     import random
 
-    from hostagent.channel import Sender
+    from bwcommon.channel import Sender
     bpf = tmp / "bpffs"
     make_bpf_maps(bpf)
     key = secrets.token_bytes(32)
     a = Agent("ns", key, tmp / "state", executor=Executor(state_file=tmp / "state" / "executor.json",
                                                           bpf_pin_dir=bpf))
     tx = Sender(key, "ns")
-    from hostagent.channel import Receiver, ReplayGuard
+    from bwcommon.channel import Receiver, ReplayGuard
     rx = Receiver(key, "ns", ReplayGuard(), direction="a2c")
     first = rx.open(a.handle(tx.seal("config", {**BASE, "pair_limits_mbps": {"10.9.0.2": 5}})))[1]
     before = kernel()

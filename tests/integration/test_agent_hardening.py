@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.contract import bg_burst_bytes
+from bwcommon.contract import bg_burst_bytes
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,8 +178,8 @@ def test_the_agent_survives_10000_hostile_connections_and_then_applies_a_config(
     import time
 
     from benchmarks.agent_faults import drop_bpf_maps, make_bpf_maps
-    from hostagent.client import AgentClient
-    from hostagent.channel import Sender, host_key, write_secret
+    from bwcommon.agentclient import AgentClient
+    from bwcommon.channel import Sender, host_key, write_secret
 
     master = secrets.token_bytes(32)
     write_secret(tmp_path / "ns.key", host_key(master, "ns").hex())
@@ -289,7 +289,7 @@ def test_sigterm_landing_on_a_worker_thread_still_stops_the_agent(netns, tmp_pat
     import signal
     import time
 
-    from hostagent.channel import host_key, write_secret
+    from bwcommon.channel import host_key, write_secret
     if platform.machine() != "x86_64":
         pytest.skip("tgkill's syscall number here is x86_64's")
 

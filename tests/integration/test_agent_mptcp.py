@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from controller.contract import bg_burst_bytes
+from bwcommon.contract import bg_burst_bytes
 
 from hostagent import cc
 from hostagent import plan as P
 from hostagent.plan import BG_PACE_AFTER_BYTES as PACE_AFTER
-from hostagent.client import AgentClient
+from bwcommon.agentclient import AgentClient
 from hostagent.executor import Executor
-from hostagent.channel import Sender, host_key, write_secret
+from bwcommon.channel import Sender, host_key, write_secret
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 real MPTCP connections in namespaces: two paths through delay lines, the
 control chosen through bwf_ccsel as an agent chooses it (bwf_sockops sets
 it on every subflow), every decision recorded by the BPF program and
-replayed through the reference models (hostagent.coupled_models). And
+replayed through the reference models (bwtesting.coupled_models). And
 MPTCP-D's extra-subflow elimination end to end: two subflows on one
 bottleneck, one of them marked by the program and destroyed by the agent's
 closer, the connection going on over the other."""
@@ -15,7 +15,7 @@ import pytest
 
 from experiments import coupled as C
 from hostagent import cc
-from hostagent.coupled_models import replay
+from bwtesting.coupled_models import replay
 from hostagent.plan import MPTCP_CCS
 
 pytestmark = pytest.mark.root

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from benchmarks.delayline import ping_rtts
-from benchmarks.delayline import testbed as _testbed
+from mininet_topos.delayline.testbed import ping_rtts
+from mininet_topos.delayline.testbed import testbed as _testbed
 from mininet_topos.delayline import DelayLine
 
 pytestmark = pytest.mark.root

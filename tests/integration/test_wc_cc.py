@@ -17,7 +17,7 @@ import pytest
 from hostagent import cc
 from hostagent.executor import Executor
 from hostagent.plan import BPF_MAP, BpfMapSet
-from hostagent.policy import fixed_point
+from bwcommon.policy import fixed_point
 
 pytestmark = pytest.mark.root
 # 45 KB of FIFO (30 full-size packets) keeps a loss cycle around 0.1 s, so a

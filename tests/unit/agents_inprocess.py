@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 
 from hostagent.agent import Agent
-from hostagent.channel import host_key
-from hostagent.transport import listen
+from bwcommon.channel import host_key
+from bwcommon.transport import listen
 
 MASTER = bytes(range(32))
 

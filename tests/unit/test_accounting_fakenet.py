@@ -2,7 +2,7 @@
 
 from apps.routing.logic import DestinationRouting
 from controller import ofmsg
-from controller.fakenet import FakeNetwork
+from bwtesting.fakenet import FakeNetwork
 from controller.network_view import NetworkView
 from controller.pipeline import APP_ACCOUNT, TABLE_ACCOUNT, cookie
 from mininet_topos import builders

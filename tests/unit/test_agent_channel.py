@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hostagent.channel import ChannelError, ReplayGuard, Receiver, Sender, host_key
+from bwcommon.channel import ChannelError, ReplayGuard, Receiver, Sender, host_key
 
 MASTER = bytes(range(32))
 

@@ -3,7 +3,7 @@
 import pytest
 
 from hostagent import plan as P
-from hostagent.policy import (ALPHA_SCALE, PolicyError, competition_level, receive_buffer_bytes,
+from bwcommon.policy import (ALPHA_SCALE, PolicyError, competition_level, receive_buffer_bytes,
                               wc_increase_factor)
 
 

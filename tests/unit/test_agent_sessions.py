@@ -12,7 +12,7 @@ import yaml
 
 from controller import config
 from controller.agent_sessions import AgentSessions
-from hostagent.channel import write_secret
+from bwcommon.channel import write_secret
 from tests.unit.agents_inprocess import MASTER, LocalAgent
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from hostagent.agent import Agent
-from hostagent.channel import DEFAULT_MAX_SKEW_S, ChannelError, Receiver, ReplayGuard, Sender, host_key
+from bwcommon.channel import DEFAULT_MAX_SKEW_S, ChannelError, Receiver, ReplayGuard, Sender, host_key
 from tests.unit.agents_inprocess import MASTER, RecordingExecutor
 
 KEY = host_key(MASTER, "h1")

@@ -17,7 +17,7 @@ from werkzeug.test import Client
 from apps.prio_queues.logic import PrioQueuesLogic
 from controller import config, runtime, tenancy
 from controller.api import Api
-from controller.fakenet import FakeNetwork
+from bwtesting.fakenet import FakeNetwork
 from controller.network_view import NetworkView
 
 ROOT = Path(__file__).resolve().parents[2]

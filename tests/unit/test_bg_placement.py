@@ -259,7 +259,7 @@ def test_set_bg_refuses_what_is_not_a_policy():
 def _main_job_rounds(bg: bool, rounds: int = 14, seed: int = 1, step: dict | None = None,
                      record: list | None = None, logic_out: list | None = None) -> list:
     """The main job's long flows through LESSOR's logic on a fake fabric
-    (controller.fakenet): each analytics VM one BG first subflow (3 Mb/s)
+    (bwtesting.fakenet): each analytics VM one BG first subflow (3 Mb/s)
     and two joins, each batch VM four connections (first subflows and joins)
     and its UDP, every stream's rate +-20 % from one 2 s poll to the next;
     ``step``: {round: {host: factor}} multiplies a host's streams from that
@@ -268,7 +268,7 @@ def _main_job_rounds(bg: bool, rounds: int = 14, seed: int = 1, step: dict | Non
     allocation itself placed elsewhere."""
     import random
 
-    from controller.fakenet import FakeNetwork
+    from bwtesting.fakenet import FakeNetwork
     from tests.unit.test_lessor_fakenet import _poll
     view = _view()
     logic = LessorLogic(view)

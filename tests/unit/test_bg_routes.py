@@ -15,7 +15,7 @@ from apps.lessor.logic import LessorLogic
 from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import LongFlow, pmpt
 from controller import ofmsg
-from controller.fakenet import FakeNetwork
+from bwtesting.fakenet import FakeNetwork
 from controller.network_view import NetworkView
 from controller.pipeline import PRIO_BG_BELOW, PRIO_BG_UP
 from mininet_topos import builders

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostagent.coupled_models import BucketMax, Lia, LiaVm, ModelError, MptcpD, lia_increase
+from bwtesting.coupled_models import BucketMax, Lia, LiaVm, ModelError, MptcpD, lia_increase
 
 
 def primed(model, rtts: dict, cwnd: float = 10.0):
@@ -266,7 +266,7 @@ def _rec(**kw):
 
 def test_replay_checks_each_increase_against_the_models_rule():
     from hostagent.bpfring import Sib
-    from hostagent.coupled_models import Q30, lia_alpha, replay
+    from bwtesting.coupled_models import Q30, lia_alpha, replay
     sibs = (Sib(1, 10, 8000, 1000), Sib(2, 10, 16000, 2000))        # sRTT 1 and 2 ms
     per = lia_increase(lia_alpha([10, 10], [1000, 2000]), 20, 10)
     frac = round(per * 3 * Q30)
@@ -284,7 +284,7 @@ def test_replay_checks_each_increase_against_the_models_rule():
 
 
 def test_replay_checks_srtt_and_off_period_verdicts():
-    from hostagent.coupled_models import replay
+    from bwtesting.coupled_models import replay
     samples = [_rec(type=1, kind=3, rtt=1000, srtt8=8000), _rec(type=1, kind=3, rtt=1200, srtt8=8200),
                _rec(type=1, kind=3, rtt=50000, srtt8=8200, flags=2)]                  # 50 x min: off, sRTT kept
     rep = replay(samples)

@@ -17,8 +17,8 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hostagent.channel import ChannelError, ReplayGuard, Receiver, Sender, load_secret, write_secret
-from hostagent.transport import FrameServer, connect, listen, parse_address, recv_frame, send_frame
+from bwcommon.channel import ChannelError, ReplayGuard, Receiver, Sender, load_secret, write_secret
+from bwcommon.transport import FrameServer, connect, listen, parse_address, recv_frame, send_frame
 
 KEY = b"k" * 32
 
@@ -44,7 +44,7 @@ def test_hostile_bytes_before_authentication_are_refused_by_name(raw):
 def test_a_nan_timestamp_does_not_skip_the_freshness_check():
     # the MAC is computed over the fields as sent: a peer with the key could
     # send NaN; without the key the MAC fails first, so sign it properly
-    from hostagent import channel as C
+    from bwcommon import channel as C
     fields = {"v": 1, "host": "h1", "seq": 5, "ts": float("nan"), "type": "status", "body": {}}
     raw = json.dumps({**fields, "mac": C._mac(C.direction_key(KEY, "c2a"), fields)}).encode()
     with pytest.raises(ChannelError):
@@ -53,7 +53,7 @@ def test_a_nan_timestamp_does_not_skip_the_freshness_check():
 
 @pytest.mark.parametrize("seq", [True, 0, -5, 2**64, 1.5])
 def test_sequence_numbers_out_of_range_are_refused(seq):
-    from hostagent import channel as C
+    from bwcommon import channel as C
     fields = {"v": 1, "host": "h1", "seq": seq, "ts": 1000.0, "type": "status", "body": {}}
     raw = json.dumps({**fields, "mac": C._mac(C.direction_key(KEY, "c2a"), fields)}).encode()
     with pytest.raises(ChannelError, match="seq"):
@@ -193,7 +193,7 @@ def test_the_accept_loop_survives_running_out_of_descriptors(tmp_path):
     fails with EMFILE on the way), close them; the server answers again."""
     code = textwrap.dedent(f'''
         import resource, threading, time, socket, json
-        from hostagent.transport import FrameServer, listen, connect, send_frame, recv_frame
+        from bwcommon.transport import FrameServer, listen, connect, send_frame, recv_frame
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         srv = FrameServer(lambda raw: b"ok", max_connections=1000, first_frame_timeout_s=30)
         sock = listen("unix:{tmp_path}/c.sock", backlog=512)

@@ -15,7 +15,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from apps.lessor.app import LessorApp, echo_rtt
 from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import MAX_DEMAND_BPS, MIN_DEMAND_BPS, LongFlow, pmpt
-from controller.loops import LoopGuard
+from bwcommon.loops import LoopGuard
 from controller.network_view import NetworkView
 from mininet_topos import builders
 from tests.unit.test_apps_smoke import Msg, RecordingDatapath

@@ -112,7 +112,7 @@ def test_a_reload_racing_a_link_change_leaves_the_switches_as_lessor_holds_them(
     import threading
 
     from controller import config, ofmsg
-    from controller.fakenet import FakeNetwork
+    from bwtesting.fakenet import FakeNetwork
     from controller.pipeline import PRIO_BG_BELOW, PRIO_BG_UP
 
     key = tmp_path / "agent.key"

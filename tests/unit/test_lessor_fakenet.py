@@ -2,7 +2,7 @@
 that the long flows really follow; short flows never wait for the controller."""
 
 from apps.lessor.logic import LessorLogic
-from controller.fakenet import FakeNetwork
+from bwtesting.fakenet import FakeNetwork
 from controller.network_view import NetworkView
 from mininet_topos import builders
 

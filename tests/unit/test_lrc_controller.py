@@ -4,7 +4,7 @@ use, factors from loads, resuming from the hosts' v, the delay estimate."""
 
 import pytest
 
-from apps.lrc import model as M
+from bwcommon import lrc as M
 from apps.lrc.logic import LrcController, pair_links
 from controller import config, tenancy
 from controller.network_view import NetworkView

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from apps.lrc.model import LrcError, LrcParams
+from bwcommon.lrc import LrcError, LrcParams
 from hostagent import plan as P
 from hostagent.lrc import Entry, LrcHost, Timeouts, active_peers
 

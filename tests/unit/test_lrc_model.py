@@ -7,8 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from apps.lrc import model as M
-from apps.lrc.control import LinkFactors, PairPath, PairRates
+from bwcommon import lrc as M
+from bwtesting.lrc_reference import SenderHalves
+from apps.lrc.control import LinkFactors, PairPath
+from hostagent.pair_rates import PairRates
 
 INF = math.inf
 
@@ -48,7 +50,7 @@ def test_pair_terms_refuse_unknown_vms_and_self_pairs():
 
 def test_algorithm1_open_close_sequences():
     weights = {"b": 1.0, "c": 2.0, "d": 3.0}
-    s = M.SenderHalves(600.0, weights.__getitem__)
+    s = SenderHalves(600.0, weights.__getitem__)
     assert s.open("b") is True
     assert s.halves() == {"b": pytest.approx(600)}
     assert s.open("b") is False                 # a second connection to b: X^r is the same

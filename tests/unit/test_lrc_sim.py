@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.maxmin import max_min_fair, weighted_max_min
+from experiments.maxmin import max_min_fair, weighted_max_min
 from experiments.lrcsim import validate
 from experiments.lrcsim.engine import Run, fill
 from experiments.lrcsim.report import summarize
@@ -51,7 +51,7 @@ def test_fig8_equilibrium_by_eq28():
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10**6))
 def test_fill_is_max_min_fair_with_caps(seed):
-    """The simulator's numpy water-filling against controller.maxmin's."""
+    """The simulator's numpy water-filling against experiments.maxmin's."""
     rng = np.random.default_rng(seed)
     nl, nf = int(rng.integers(1, 6)), int(rng.integers(1, 9))
     A = np.zeros((nl, nf))
@@ -115,7 +115,7 @@ def _instance(seed: int):
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 10**6))
 def test_fig11_waterfill_is_weighted_max_min_with_guarantees(seed):
-    """The shuffle simulator's compiled filling against controller.maxmin's
+    """The shuffle simulator's compiled filling against experiments.maxmin's
     (an independent, plain implementation)."""
     from experiments.lrcsim.shuffle import waterfill
     nl, cap, paths, w, b, _ = _instance(seed)
@@ -146,7 +146,7 @@ def test_fig11_small_run_orders_the_schemes():
 @given(st.integers(0, 10**6))
 def test_compiled_waterfill_with_caps_is_the_reference(seed):
     """apps.lrc._kernels (the controller's full-link equilibrium) against
-    controller.maxmin.weighted_max_min, caps below and above the floors."""
+    experiments.maxmin.weighted_max_min, caps below and above the floors."""
     from apps.lrc._kernels import waterfill
     _, cap, paths, w, b, d = _instance(seed)
     got = waterfill(paths, w, b, d, cap)

@@ -1,7 +1,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.maxmin import max_min_fair
+from experiments.maxmin import max_min_fair
 
 
 def test_textbook_example():
@@ -57,7 +57,7 @@ def test_feasible_and_every_flow_has_a_bottleneck(data):
 
 # ---- weighted max-min and bad input (issue #31: a NaN capacity looped forever, NaN or negative input
 # came back as NaN or negative rates; weighted_max_min was never called here)
-from controller.maxmin import weighted_max_min  # noqa: E402
+from experiments.maxmin import weighted_max_min  # noqa: E402
 
 
 def test_weighted_max_min_textbook():

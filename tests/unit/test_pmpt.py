@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from apps.lessor import clos_coloring
-from apps.lessor.lp import max_concurrent_flow_lp
+from bwtesting.lp import max_concurrent_flow_lp
 from apps.lessor.paths import PathDictionary
 from apps.lessor.pmpt import LongFlow, mrtf_key, pmpt
 from controller.network_view import NetworkView
@@ -145,7 +145,7 @@ def test_one_path_routing_reaches_093_of_lp_or_the_one_path_optimum():
     """The acceptance bar of the benchmark, on the small web-search-derived
     instances: the one-path-per-flow routing is >= 0.93 of the LP, or (where
     no unsplittable routing can be) equal to the exact one-path optimum."""
-    from apps.lessor.lp import max_concurrent_flow_lp, one_path_optimum_milp
+    from bwtesting.lp import max_concurrent_flow_lp, one_path_optimum_milp
     from experiments.te_instances import long_flows
     for k in (4, 8):
         view = NetworkView(builders.fattree(k, link_mbps=10))

@@ -8,7 +8,7 @@ import pytest
 
 from apps.prio_queues.logic import DSCP_BG, DSCP_WC, QUEUE_BG, QUEUE_WC, PrioQueuesLogic
 from apps.routing.logic import DestinationRouting
-from controller.fakenet import FakeNetwork
+from bwtesting.fakenet import FakeNetwork
 from controller.network_view import NetworkView
 from mininet_topos import builders
 

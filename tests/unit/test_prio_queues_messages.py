@@ -8,7 +8,8 @@ import math
 import pytest
 
 from apps.prio_queues import logic as L
-from controller import contract, ofmsg
+from bwcommon import contract
+from controller import ofmsg
 from controller.network_view import NetworkView
 from controller.pipeline import APP_PRIO_QUEUES, COOKIE_APP_MASK, TABLE_CLASSIFY, TABLE_FORWARD, cookie
 from mininet_topos import builders

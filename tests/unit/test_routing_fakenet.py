@@ -3,8 +3,8 @@ import pytest
 from apps.routing import logic
 from apps.routing.logic import DestinationRouting, app_logic
 from controller import ofmsg
-from controller.fakenet import FakeNetwork
-from controller.maxmin import max_min_fair
+from bwtesting.fakenet import FakeNetwork
+from experiments.maxmin import max_min_fair
 from controller.network_view import NetworkView
 from experiments.workloads import stride
 from mininet_topos import builders

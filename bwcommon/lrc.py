@@ -8,9 +8,10 @@ guaranteed, work-conserving and weighted max-min fair.
 - Eq. 1, :func:`pair_weight`: w_i = w_x/|X^r| + w_y/|Y^s|, X^r the VMs x
   sends to, Y^s the VMs y receives from.
 - Eq. 2, :func:`pair_guarantee`: B_i = min(B_x·w_y/Σ_{X^r} w,
-  B_y·w_x/Σ_{Y^s} w). Algorithm 1 (:class:`SenderHalves`) keeps the
-  sender's half current on every connection open/close at the host; the
-  receiver's half needs Y^s, which only the controller sees.
+  B_y·w_x/Σ_{Y^s} w). Algorithm 1's rule is :func:`sender_halves`; the
+  agent applies it to the pairs it reads from conntrack every round
+  (:mod:`hostagent.lrc`); the receiver's half needs Y^s, which only the
+  controller sees.
 - Eq. 27, the discrete updates: at the host every τ_v,
   :func:`next_pair_rate`: v ← v^(1−α·τ_v)·(w_i·r̃_i)^(α·τ_v); at the
   controller every τ_r, :func:`next_link_factor`:
@@ -41,13 +42,13 @@ was measured):
 from __future__ import annotations
 
 import math
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable, Literal, Mapping
+
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Literal, Mapping
 
 from pydantic import Field, model_validator
 
-from controller.validate import StrictModel, finite_number
+from bwcommon.validate import StrictModel, finite_number
 
 Pair = tuple[Hashable, Hashable]          # (sender VM, receiver VM)
 
@@ -192,44 +193,6 @@ def sender_halves(guarantee_mbps: float, receiver_weights: Mapping[Hashable, flo
     (they sum to B_x); empty without receivers."""
     total = sum(receiver_weights.values())
     return {y: guarantee_mbps * w / total for y, w in receiver_weights.items()} if total else {}
-
-
-@dataclass
-class SenderHalves:
-    """Algorithm 1 at the sender's host: connections open and close; the
-    set X^r of VMs this VM sends to changes only when a destination's first
-    connection opens or its last closes, and then every destination's
-    sender half B_x·w_y/Σ_{X^r} w changes with it. ``weight_of`` gives a
-    receiver's weight (the controller sends the tenant's weights)."""
-    guarantee_mbps: float
-    weight_of: Callable[[Hashable], float]
-    connections: Counter = field(default_factory=Counter)
-
-    def open(self, y: Hashable) -> bool:
-        """A connection to ``y`` opened; True if X^r changed."""
-        _positive(f"weight of {y!r}", self.weight_of(y))
-        self.connections[y] += 1
-        return self.connections[y] == 1
-
-    def close(self, y: Hashable) -> bool:
-        """A connection to ``y`` closed; True if X^r changed. Closing what
-        is not open is refused (the caller's bookkeeping is wrong)."""
-        if self.connections[y] <= 0:
-            del self.connections[y]
-            raise LrcError(f"close of a connection to {y!r}: none is open")
-        self.connections[y] -= 1
-        if self.connections[y] == 0:
-            del self.connections[y]
-            return True
-        return False
-
-    @property
-    def receivers(self) -> list:
-        return sorted(self.connections, key=repr)
-
-    def halves(self) -> dict[Hashable, float]:
-        """B_x·w_y/Σ_{X^r} w for every y in X^r (they sum to B_x)."""
-        return sender_halves(self.guarantee_mbps, {y: self.weight_of(y) for y in self.receivers})
 
 
 # ---- Eq. 27 (host) and Eq. 28 ------------------------------------------------------------------------

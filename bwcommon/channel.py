@@ -1,5 +1,5 @@
 """The controller <-> host agent channel: authenticated, replay-protected
-messages (pure; the socket transport is in :mod:`hostagent.transport`).
+messages (pure; the socket transport is in :mod:`bwcommon.transport`).
 
 Every message is one JSON object::
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.validate import finite_number, strict_json
+from bwcommon.validate import finite_number, strict_json
 
 VERSION = 1
 KEY_LABEL = b"bwfabric agent key "

@@ -1,14 +1,14 @@
 """The controller's side of one agent's channel: a persistent connection,
-one request and its signed reply at a time (:mod:`hostagent.channel` for
-the messages, :mod:`hostagent.transport` for the frames)."""
+one request and its signed reply at a time (:mod:`bwcommon.channel` for
+the messages, :mod:`bwcommon.transport` for the frames)."""
 
 from __future__ import annotations
 
 import select
 import socket
 
-from hostagent.channel import ReplayGuard, Receiver, Sender
-from hostagent.transport import connect, recv_frame, send_frame
+from bwcommon.channel import ReplayGuard, Receiver, Sender
+from bwcommon.transport import connect, recv_frame, send_frame
 
 
 class AgentClient:

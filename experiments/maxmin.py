@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Hashable, Mapping, Sequence
 
-from controller.validate import finite_number
+from bwcommon.validate import finite_number
 
 Link = tuple[Hashable, Hashable]
 

@@ -1,0 +1,1 @@
+"""Figures printed side by side (python -m benchmarks.<name>; docs/results.md)."""
