@@ -2,21 +2,40 @@
 # bwfabric on a Debian 12 machine, as root. Installs what it needs, then runs:
 #   ./bwfabric.sh experiment [NAME] [--option K=V ...]   emulated experiment (default: the main job)
 #   ./bwfabric.sh test [pytest args]                      the whole test suite (unit + root integration)
-#   ./bwfabric.sh <any bwfabric subcommand>               e.g. controller, check-config, topology
+#   ./bwfabric.sh <any bwfabric subcommand>               e.g. controller, agent, check-config, topology
+# Each command sets up only its role: agent (and status, tenants, reload), controller (and check-config,
+# topology), or emulation (experiment, simulate, test: every role, Mininet and OVS).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
 
-APT_PACKAGES=(openvswitch-switch openvswitch-common mininet iperf3 python3-venv python3-pip
-              ethtool iproute2 iputils-ping procps psmisc tcpdump nftables
-              clang bpftool libbpf-dev mptcpd gcc libc6-dev)
+# What each role installs (docs/deploy.md): Debian packages, and pyproject.toml's extra (the base install
+# is the agent's). An emulation/test install holds the controller's and the agent's too.
+APT_AGENT=(python3-venv python3-pip iproute2 nftables clang bpftool libbpf-dev)
+APT_CONTROLLER=(python3-venv python3-pip)
+APT_EMULATION=("${APT_AGENT[@]}" openvswitch-switch openvswitch-common mininet iperf3 ethtool iputils-ping
+               procps psmisc tcpdump mptcpd gcc libc6-dev)
+
+role_of() {
+    case "$1" in
+        agent|agent-key|status|tenants|reload) echo agent ;;
+        controller|check-config|topology|config-reference) echo controller ;;
+        *) echo emulation ;;          # experiment, simulate, test
+    esac
+}
 
 setup() {
+    local role="$1" apt extra
     if [ "$(id -u)" != 0 ]; then
-        echo "bwfabric.sh: run as root (Mininet and Open vSwitch need it)" >&2
+        echo "bwfabric.sh: run as root (the agent, Mininet and Open vSwitch need it)" >&2
         exit 2
     fi
+    case "$role" in
+        agent) apt=("${APT_AGENT[@]}"); extra="" ;;
+        controller) apt=("${APT_CONTROLLER[@]}"); extra="[controller]" ;;
+        *) apt=("${APT_EMULATION[@]}"); extra="[test]" ;;
+    esac
     local missing=()
-    for pkg in "${APT_PACKAGES[@]}"; do
+    for pkg in "${apt[@]}"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
     done
     if [ ${#missing[@]} -gt 0 ]; then
@@ -28,10 +47,11 @@ setup() {
     if [ ! -x .venv/bin/python ]; then
         /usr/bin/python3 -m venv --system-site-packages .venv
     fi
-    if [ ! -f .venv/.installed ] || [ requirements.txt -nt .venv/.installed ] || [ setup.py -nt .venv/.installed ]; then
-        .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
-        .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
-        touch .venv/.installed
+    # the versions verified here (requirements.txt) constrain what the role's extra pulls in
+    local stamp=".venv/.installed-$role"
+    if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+        .venv/bin/pip install -q --disable-pip-version-check -c requirements.txt -e ".$extra"
+        touch "$stamp"
     fi
 }
 
@@ -46,7 +66,7 @@ setup_guest() {
 
 cmd="${1:-experiment}"
 [ $# -gt 0 ] && shift
-setup
+setup "$(role_of "$cmd")"
 case "$cmd" in
     test)
         # The official test command never skips the root integration tests (the real-guest one included).
