@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mininet_topos.delayline.testbed import sh
-from experiments.coupled import SENDER, SINK
+from experiments.coupled.testbed import SENDER, SINK
 from bwcommon.contract import TOS_MASK, TOS_WC
 from hostagent import cc
 from bwcommon.channel import host_key, write_secret

@@ -33,8 +33,8 @@ EXPERIMENTS = {
     "bgwc-fig17": (bgwc_fig17, {}, "BG/WC Fig. 17: the WC subflow's path +1 ms RTT every 15 s (delay lines); "
                    "the receive-buffer rule keeps WC's rate (beta 3 vs 0.5)"),
     **{f"lrc-{k}": (lrc_emu, {"kind": k}, f"LRC on the BG/WC testbed: {help_}") for k, help_ in lrc_emu.KINDS.items()},
-    **{f"coupled-{k}": (coupled, {"kind": k}, f"coupled MPTCP congestion control, two-path namespaces: {help_}")
-       for k, help_ in coupled.KINDS.items()},
+    **{f"coupled-{k}": (coupled.module(k), {}, f"coupled MPTCP congestion control, two-path namespaces: "
+                        f"{coupled.module(k).HELP}") for k in coupled.KINDS},
 }
 
 

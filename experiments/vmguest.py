@@ -14,7 +14,7 @@ hypervisor's backend.
   read-only, over virtio-fs, and runs :func:`job` from this checkout: the
   agent's own BPF loading (``hostagent.cc.load``) and ``bwf_ccsel``;
 - its NICs are taps in the testbed's sender namespace, bridged to the
-  paths (:func:`experiments.coupled.testbed` with ``guest=True``);
+  paths (:func:`experiments.coupled.testbed.testbed` with ``guest=True``);
 - one job directory per run is shared read-write: the job's spec in,
   its result out.
 
@@ -368,7 +368,7 @@ def job(spec_path: str) -> None:
     endpoints as the testbed gives the sender namespace, the agent's BPF
     programs loaded and the connection's control selected, the sender run;
     result.json next to the spec."""
-    from experiments import coupled
+    from experiments.coupled import testbed as coupled
     from hostagent import cc
     from mininet_topos.delayline import offloads_off
     spec = json.loads(Path(spec_path).read_text())

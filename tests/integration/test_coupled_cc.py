@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from experiments import coupled as C
+from experiments.coupled import testbed as C
 from hostagent import cc
 from bwtesting.coupled_models import replay
 from hostagent.plan import MPTCP_CCS

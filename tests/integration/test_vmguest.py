@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from experiments import coupled as C
+from experiments.coupled.vm_guest import _guest_run
 from experiments import vmguest
 from hostagent import cc
 
@@ -64,7 +64,7 @@ def loaded():
 
 
 def test_the_agents_bpf_programs_run_lia_vm_in_a_6_12_guest(loaded, off_cpu0):
-    r = C._guest_run(3.0, None, "lia_vm", 100.0, 0)
+    r = _guest_run(3.0, None, "lia_vm", 100.0, 0)
     g = r["guest"]
     assert g["kernel"].startswith("6.12") and g["kernel"] != os.uname().release, g["kernel"]
     # bwf_sockops gave the guest's subflows the control bwf_ccsel names, and it ran there

@@ -208,9 +208,9 @@ def test_delay_line_spin_passed_only_when_given():
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf")])
 def test_scheduler_weights_refused_by_name(bad):
-    from experiments.coupled import weights
+    from experiments.coupled.weights import weights
     with pytest.raises(ValueError, match="weight"):
-        weights(1.0, 1, [bad])
+        weights(1.0, 1, [bad], 30.0)
 
 
 def test_machine_cpu_counts_busy_time_not_sleep():
@@ -219,7 +219,7 @@ def test_machine_cpu_counts_busy_time_not_sleep():
     /proc/stat lines given to the formula: what else the machine runs
     cannot move it (the live reading it replaced failed whenever another
     process kept a core busy)."""
-    from experiments.coupled import busy_cpu_s, machine_cpu_s
+    from experiments.coupled.testbed import busy_cpu_s, machine_cpu_s
     line = "cpu  100 0 50 {idle} {iowait} 0 0 0 0 0"
     hz, cpus = 100, 2
     # 0.5 s of wall time on 2 CPUs, both idle the whole time: 100 ticks of idle, no busy time

@@ -1,0 +1,3 @@
+from experiments.coupled import main
+
+main()
