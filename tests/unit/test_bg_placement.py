@@ -348,3 +348,82 @@ def test_steady_demands_move_nothing_once_placed(bg):
     # also moved 1-3 flows in the fifth or later)
     assert sum(m or 0 for m in moves[5:]) == 0, moves
 
+
+
+class _Links:
+    """A path dictionary of a few links, as place_bg reads one: ``capacity``
+    per link index, and per ToR pair its candidate paths (node tuples) with
+    each path's link indices -- so the tests can give links unequal
+    capacities and pairs one path or none."""
+
+    def __init__(self, capacity, pairs):
+        import numpy as np
+        self.capacity = np.array(capacity, dtype=float)
+        self._pairs = {k: ([tuple(p) for p, _ in v], np.array([ix for _, ix in v], dtype=int).reshape(len(v), -1))
+                       for k, v in pairs.items()}
+
+    def paths(self, src, dst):
+        import numpy as np
+        return self._pairs.get((src, dst), ([], np.zeros((0, 1), dtype=int)))
+
+
+def _two_uplinks(cap_a, cap_b):
+    # ToR s reaches ToR d over link 0 (via x) or link 1 (via y)
+    return _Links([cap_a, cap_b], {("s", "d"): [(("s", "x", "d"), [0]), (("s", "y", "d"), [1])]})
+
+
+def test_bg_goes_where_it_fills_its_link_least_relative_to_mu_c():
+    """Utilisation is (BG + this) / (mu x C): 4 Mb/s fills 10 Mb/s to 0.4
+    and 5 Mb/s to 0.8, so it takes the larger link even though it is the
+    second path."""
+    paths, load, unroutable = place_bg([LongFlow("f", "s", "d", 4e6, bg=4e6)], _two_uplinks(5e6, 10e6), 1.0)
+    assert paths == {"f": ("s", "y", "d")} and list(load) == [0.0, 4e6] and unroutable == []
+
+
+def test_largest_first_then_key_order_then_path_order():
+    """Largest BG first: on two equal links the 4 takes the first path (a
+    tie), the 1 the other; among equal BG the keys' order decides."""
+    two = _two_uplinks(10e6, 10e6)
+    paths, _, _ = place_bg([LongFlow("small", "s", "d", 1e6, bg=1e6), LongFlow("big", "s", "d", 4e6, bg=4e6)],
+                           two, 1.0)
+    assert paths == {"big": ("s", "x", "d"), "small": ("s", "y", "d")}
+    paths, _, _ = place_bg([LongFlow("b", "s", "d", 1e6, bg=2e6), LongFlow("a", "s", "d", 1e6, bg=2e6)], two, 1.0)
+    assert paths == {"a": ("s", "x", "d"), "b": ("s", "y", "d")}
+
+
+def test_a_pair_without_paths_is_reported_and_the_rest_placed():
+    links = _Links([10e6], {("s", "d"): [(("s", "x", "d"), [0])]})   # (s, e): no path; (s, d): exactly one
+    flows = [LongFlow("lost", "s", "e", 9e6, bg=9e6), LongFlow("lost2", "s", "e", 9e6, bg=8e6, bundle="B"),
+             LongFlow("lost3", "s", "e", 9e6, bg=1e6, bundle="B"), LongFlow("one", "s", "d", 1e6, bg=1e6)]
+    paths, load, unroutable = place_bg(flows, links, 1.0)
+    assert paths == {"one": ("s", "x", "d")} and list(load) == [1e6]
+    assert sorted(unroutable) == ["lost", "lost2", "lost3"]
+
+
+def test_preloaded_bg_counts_and_stays():
+    """BG already on a link (default routes) steers the placement and is
+    part of the returned load, in bits/s however the preload was given
+    (whole numbers here); the preload itself is not changed."""
+    pre = [3_000_000, 0]
+    paths, load, _ = place_bg([LongFlow("f", "s", "d", 2e6, bg=2e6 + 0.5)], _two_uplinks(5e6, 5e6), 1.0,
+                              preload=pre)
+    assert paths == {"f": ("s", "y", "d")} and list(load) == [3e6, 2e6 + 0.5] and pre == [3_000_000, 0]
+
+
+def test_repair_moves_one_item_off_an_overloaded_link():
+    """Links of 5 (mu 1). The 4 of (s, d) ties on its two paths and takes
+    the first; then the 3 of (s, e), whose only path is that same link,
+    overloads it (7). The repair moves the 4 to the second link."""
+    links = _Links([5e6, 5e6], {("s", "d"): [(("s", "x", "d"), [0]), (("s", "y", "d"), [1])],
+                                ("s", "e"): [(("s", "x", "e"), [0])]})
+    paths, load, _ = place_bg([LongFlow("a", "s", "d", 1e6, bg=4e6), LongFlow("c", "s", "e", 1e6, bg=3e6)],
+                              links, 1.0)
+    assert paths == {"a": ("s", "y", "d"), "c": ("s", "x", "e")} and list(load) == [3e6, 4e6]
+
+
+def test_the_repair_stops_when_nothing_lowers_the_overflow():
+    """Three 4s on two links of 5 (mu 1): 12 on 10 cannot fit; whatever
+    moves, 3 overflow at least. The placement keeps 4 | 4 + 4 (one moved
+    item could only make it 8 | 4: the same overflow), and returns."""
+    paths, load, _ = place_bg([LongFlow(i, "s", "d", 1e6, bg=4e6) for i in range(3)], _two_uplinks(5e6, 5e6), 1.0)
+    assert sorted(load) == [4e6, 8e6] and len(paths) == 3

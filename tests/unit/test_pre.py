@@ -89,8 +89,44 @@ def test_link_loads_and_available_bandwidth():
     loads = link_loads(view, [(p1, 4e6), (("e0_0", "a0_0", "e0_1"), 3e6)])
     assert loads[("e0_0", "a0_0")] == 7e6 and loads[("c1", "a3_0")] == 4e6
     # two uplinks of 10 Mb/s, one carrying 7: 13 Mb/s left between the ToRs
-    assert available_bandwidth(view, loads, "e0_0", "e3_0") == pytest.approx(13e6)
-    assert available_bandwidth(view, {}, "e0_0", "e3_0") == pytest.approx(20e6)
+    # (exact: whole bits per second add up exactly; an unloaded link is its whole capacity, not a bit less)
+    assert available_bandwidth(view, loads, "e0_0", "e3_0") == 13e6
+    assert available_bandwidth(view, {}, "e0_0", "e3_0") == 20e6
     view.set_link_state("e0_0", "a0_1", False)
-    assert available_bandwidth(view, loads, "e0_0", "e3_0") == pytest.approx(3e6)
+    assert available_bandwidth(view, loads, "e0_0", "e3_0") == 3e6
     assert math.isinf(available_bandwidth(view, loads, "e0_0", "e0_0"))
+
+
+def test_a_full_or_overloaded_link_leaves_nothing_not_a_trickle():
+    """Residual capacity is never negative and never invented: ToR uplinks
+    loaded to (or past) their capacity leave W_sd = 0 exactly."""
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    loads = {("e0_0", "a0_0"): 10e6, ("e0_0", "a0_1"): 12e6}
+    assert available_bandwidth(view, loads, "e0_0", "e3_0") == 0.0
+
+
+def test_a_label_at_exactly_the_threshold_is_long_and_zero_is_a_size():
+    t = FlowTable(long_bytes=100_000)
+    t.label("f", "e0", "e1", 100_000)
+    t.label("z", "e0", "e1", 0)                 # an empty transfer is a size, not an error
+    assert t.flows["f"].long and not t.flows["z"].long
+    assert [s.key for s in t.long_flows()] == ["f"] and t.flows["z"].key == "z"
+    assert t.flows["z"].labelled_size == 0
+
+
+def test_removing_a_flow_the_table_never_saw_changes_nothing():
+    t = FlowTable()
+    t.update("a", "e0", "e1", 10, 1.0)
+    t.remove("never-seen")
+    t.remove("a")
+    assert t.flows == {}
+
+
+def test_rechecks_sort_keys_of_any_kind():
+    """Flow keys are whatever the caller uses (tuples, strings, numbers):
+    the recheck list is ordered by their text, never by comparing them."""
+    t = FlowTable()
+    for key in (("h1", "h2", 6, 1, 2), "x", 10, 2):
+        t.update(key, "e0", "e1", 0, 0.0)
+        t.flows[key].needs_recheck = True
+    assert t.rechecks() == [("h1", "h2", 6, 1, 2), 10, 2, "x"]
