@@ -486,7 +486,9 @@ def mrtf_key(f: LongFlow) -> tuple:
     return (f.remaining_time, -f.demand, str(f.key))
 
 
-def warm_up(paths: PathDictionary) -> float:
+# Not mutated (mutmut): warm_up's only effect is that the kernels are compiled before the first real
+# allocation; which synthetic flows it places, and their sizes, change nothing any caller or test can see
+def warm_up(paths: PathDictionary) -> float:  # pragma: no mutate block
     """Compile (or load from numba's cache) the kernels on the fabric the
     controller runs, with a few synthetic flows between its edge switches,
     so that the first real allocation is not delayed by compilation.

@@ -166,3 +166,51 @@ def test_a_flow_whose_tor_is_not_a_switch_is_refused_by_name(src, dst):
     pd = PathDictionary(NetworkView(builders.fattree(4, link_mbps=10)))
     with pytest.raises(ValueError, match=f"flow 'f': ToR {(src if src == 'nowhere' else dst)!r} is not a switch"):
         pmpt([LongFlow("f", src, dst, 1e6)], pd)
+
+
+def test_the_cut_bound_is_the_tightest_tor_cut_exactly():
+    """lambda* <= min over ToRs of (up capacity / demand out) and (down
+    capacity / demand in), each ToR's demands summed over its pairs. k=4,
+    10 Mb/s: e0_0 sends 30 + 10 over 20 of uplinks (0.5), e1_0 receives
+    30 + 5 (20/35), e3_0 sends 5 (4.0), e2_0 receives 10 (2.0)."""
+    import numpy as np
+
+    from apps.lessor.pmpt import _cut_bound, _groups
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    flows = [LongFlow(1, "e0_0", "e1_0", 20e6), LongFlow(2, "e0_0", "e1_0", 10e6), LongFlow(3, "e0_0", "e2_0", 10e6),
+             LongFlow(4, "e3_0", "e1_0", 5e6)]
+    cap = np.array(pd.capacity)
+    groups, _, _ = _groups(flows, pd, cap)
+    assert _cut_bound(groups, pd, cap) == 20e6 / 40e6
+    # without e0_0's demand the receivers' cut binds: e1_0 takes 5 over 20
+    groups, _, _ = _groups([flows[3], flows[2]], pd, cap)
+    assert _cut_bound(groups, pd, cap) == min(20e6 / 5e6, 20e6 / 10e6, 20e6 / 10e6)
+    groups, _, _ = _groups([LongFlow(5, "e3_0", "e1_0", 40e6), flows[2]], pd, cap)
+    assert _cut_bound(groups, pd, cap) == 20e6 / 40e6          # the receiver e1_0 (and sender e3_0)
+    # a ToR whose uplinks are all down can send nothing: the bound is 0
+    view.set_link_state("e3_0", "a3_0", False)
+    view.set_link_state("e3_0", "a3_1", False)
+    assert _cut_bound(groups, pd, cap) == 0.0
+
+
+def test_kept_flows_stay_on_their_paths_and_are_named_in_the_placement():
+    """Flows with a fixed path (LESSOR's installed flows it keeps) keep it
+    at their demand; the placement says how many were kept, and what
+    placed the rest (or that there was none); the allocation's time is
+    the call's own."""
+    import time
+
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    p = ("e0_0", "a0_0", "c1", "a1_0", "e1_0")
+    kept = [LongFlow("k1", "e0_0", "e1_0", 3e6, fixed_path=p), LongFlow("k2", "e0_0", "e1_0", 2e6, fixed_path=p)]
+    t0 = time.perf_counter()
+    a = pmpt(kept, pd)
+    wall = time.perf_counter() - t0
+    assert a.flow_path == {"k1": p, "k2": p} and a.flow_rate == {"k1": 3e6, "k2": 2e6}
+    assert a.placement == "2 flows kept; no other flows"
+    assert 0 <= a.seconds <= wall
+    b = pmpt([*kept, LongFlow("n", "e0_0", "e1_0", 10e6), LongFlow("m", "e0_0", "e1_0", 10e6)], pd)
+    assert b.flow_path["k1"] == p and b.placement.startswith("2 flows kept; ") and \
+        b.placement != "2 flows kept; no other flows"
