@@ -255,3 +255,22 @@ def test_a_guarantee_that_is_not_a_number_is_refused_by_name(bad):
         admission.rejections(topo, g, 0.9)
     with pytest.raises(ValueError, match="mu"):
         admission.rejections(topo, {"s1": 1.0}, float("nan"))
+
+
+def test_a_cut_describes_itself_and_headroom_lists_every_cut():
+    """What an operator reads (a refusal, the API's cuts, the metrics'
+    labels): the cut's name, its links (one link, several links) and its
+    capacity per direction; headroom's rows carry each cut's kind."""
+    topo = builders.fattree(4, link_mbps=10)
+    rows = admission.headroom(topo, {"h1": 4.0}, 0.9)
+    cuts = {c.name: c for c in admission.cuts(topo)}
+    assert {r["cut"] for r in rows} == set(cuts)
+    assert all(set(r) == {"kind", "cut", "capacity_mbps", "limit_mbps", "crossing_mbps"} for r in rows)
+    nic = next(r for r in rows if r["cut"] == "host h1 NIC")
+    assert nic == {"kind": "host", "cut": "host h1 NIC", "capacity_mbps": 10.0, "limit_mbps": 9.0,
+                   "crossing_mbps": 4.0}
+    assert {r["kind"] for r in rows} == {c.kind for c in cuts.values()} and len({r["kind"] for r in rows}) > 1
+    one = cuts["host h1 NIC"]
+    assert one.describe() == "host h1 NIC (1 link, 10 Mb/s per direction)"
+    many = next(c for c in cuts.values() if len(c.links) > 1)
+    assert many.describe() == f"{many.name} ({len(many.links)} links, {many.capacity_mbps:g} Mb/s per direction)"
