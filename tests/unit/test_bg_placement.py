@@ -413,17 +413,46 @@ def test_preloaded_bg_counts_and_stays():
 def test_repair_moves_one_item_off_an_overloaded_link():
     """Links of 5 (mu 1). The 4 of (s, d) ties on its two paths and takes
     the first; then the 3 of (s, e), whose only path is that same link,
-    overloads it (7). The repair moves the 4 to the second link."""
-    links = _Links([5e6, 5e6], {("s", "d"): [(("s", "x", "d"), [0]), (("s", "y", "d"), [1])],
-                                ("s", "e"): [(("s", "x", "e"), [0])]})
-    paths, load, _ = place_bg([LongFlow("a", "s", "d", 1e6, bg=4e6), LongFlow("c", "s", "e", 1e6, bg=3e6)],
-                              links, 1.0)
-    assert paths == {"a": ("s", "y", "d"), "c": ("s", "x", "e")} and list(load) == [3e6, 4e6]
+    overloads it (7). The repair moves the 4 to the second link -- past
+    the largest item, the 4.5 of (s, f) on a link of its own, which is not
+    on an overloaded link and stays."""
+    links = _Links([5e6, 5e6, 10e6], {("s", "d"): [(("s", "x", "d"), [0]), (("s", "y", "d"), [1])],
+                                      ("s", "e"): [(("s", "x", "e"), [0])], ("s", "f"): [(("s", "w", "f"), [2])]})
+    flows = [LongFlow("a", "s", "d", 1e6, bg=4e6), LongFlow("c", "s", "e", 1e6, bg=3e6),
+             LongFlow("z", "s", "f", 1e6, bg=4.5e6)]
+    paths, load, _ = place_bg(flows, links, 1.0)
+    assert paths == {"a": ("s", "y", "d"), "c": ("s", "x", "e"), "z": ("s", "w", "f")}
+    assert list(load) == [3e6, 4e6, 4.5e6]
 
 
-def test_the_repair_stops_when_nothing_lowers_the_overflow():
+@pytest.mark.parametrize("rounds", [1, 2, 3, 200])
+def test_the_repair_stops_when_nothing_lowers_the_overflow(rounds, monkeypatch):
     """Three 4s on two links of 5 (mu 1): 12 on 10 cannot fit; whatever
-    moves, 3 overflow at least. The placement keeps 4 | 4 + 4 (one moved
-    item could only make it 8 | 4: the same overflow), and returns."""
+    moves, 3 overflow at least. Largest first, ties by key: 0 and 2 on the
+    first link, 1 on the second; a move would only mirror it, so nothing
+    moves, whatever the round budget (a repair that took equal moves would
+    shuttle an item back and forth, ending where an even budget started)."""
+    from apps.lessor import pmpt as P
+    monkeypatch.setattr(P, "BG_REPAIR_ROUNDS", rounds)
     paths, load, _ = place_bg([LongFlow(i, "s", "d", 1e6, bg=4e6) for i in range(3)], _two_uplinks(5e6, 5e6), 1.0)
-    assert sorted(load) == [4e6, 8e6] and len(paths) == 3
+    assert paths == {0: ("s", "x", "d"), 1: ("s", "y", "d"), 2: ("s", "x", "d")} and list(load) == [8e6, 4e6]
+
+
+def test_an_overload_nothing_can_move_is_left_and_returned():
+    links = _Links([5e6], {("s", "d"): [(("s", "x", "d"), [0])]})
+    paths, load, _ = place_bg([LongFlow("big", "s", "d", 1e6, bg=6e6)], links, 1.0)
+    assert paths == {"big": ("s", "x", "d")} and list(load) == [6e6]
+
+
+def test_links_of_no_capacity_take_bg_by_least_bits():
+    """A link of no capacity has no utilisation to compare: among paths
+    that all cross one, BG goes where the fewest bits already are."""
+    paths, load, _ = place_bg([LongFlow("f", "s", "d", 1e6, bg=1e6)], _two_uplinks(0.0, 0.0), 1.0,
+                              preload=[2e6, 1e6])
+    assert paths == {"f": ("s", "y", "d")} and list(load) == [2e6, 2e6]
+
+
+def test_a_bundle_and_a_flow_of_the_same_name_are_two_items():
+    paths, load, _ = place_bg([LongFlow("x", "s", "d", 1e6, bg=3e6), LongFlow("y", "s", "d", 1e6, bg=2e6, bundle="x")],
+                              _two_uplinks(10e6, 10e6), 1.0)
+    assert paths == {"x": ("s", "x", "d"), "y": ("s", "y", "d")} and list(load) == [3e6, 2e6]
