@@ -1,22 +1,8 @@
-"""Coupled MPTCP congestion control on emulated paths (issue #23): a
-sender namespace A and a receiver B joined by paths, each a veth pair
-through a delay line (mininet_topos.delayline) and a token bucket after
-it (the path's rate and its drop-tail queue). Subflows are pinned to paths by source address
-(policy routing on A): path i's addresses are 10.78.i.1, .11, .21, ...;
-B answers on the path it was reached by.
-
-- ``disjoint``: one path per subflow group -- path i carries the subflows
-  from its addresses;
-- ``shared``: one path whose token bucket every subflow (and a competing
-  TCP flow, if asked) shares: a shared bottleneck.
-
-A's congestion control is chosen as the product chooses it: the agent's
-map bwf_ccsel (by the subflow's source address), read by bwf_sockops. The
-BPF programs record every decision into bwf_cctrace when asked
-(``trace=True``), and :func:`bwtesting.coupled_models.replay` checks them.
-
-The experiments on it are the package's other modules, one each.
-"""
+"""The two-path testbed every coupled-* experiment runs on (the package's
+docstring describes it): namespaces A and B, the paths' delay lines and
+token buckets, policy routing per subflow address, the sender and sink
+programs, the control selection (bwf_ccsel), the BPF trace reader, the
+flows' runner and the CPU accounting (cgroups, /proc/stat)."""
 
 from __future__ import annotations
 
