@@ -13,6 +13,8 @@ def test_mutmut_is_told_to_mutate_only_the_chosen_modules_with_every_package_imp
     assert [x for x in m["only_mutate"].split("\n") if x] == ["apps/lessor/pmpt.py", "controller/api.py"]
     assert [x for x in m["pytest_add_cli_args_test_selection"].split("\n") if x] == ["tests/unit"]
     assert "examples/" in m["also_copy"] and "pytest.ini" in m["also_copy"]
+    # the layering test reads source text, and mutmut's copy imports mutmut everywhere: not run there
+    assert "--ignore=tests/unit/test_architecture.py" in m["pytest_add_cli_args"].split("\n")
 
 
 def test_results_are_grouped_by_module_and_status():
