@@ -253,6 +253,14 @@ def test_an_overlay_that_no_longer_fits_is_set_aside_at_start_and_the_rest_kept(
     assert side.name == "state.yaml.rejected-19700101T000000Z" and side.stat().st_mode & 0o777 == 0o600
     assert yaml.safe_load(side.read_text()) == {"tenants": {"bad": bad}} and "host h8 NIC" in side.read_text()
     assert yaml.safe_load((tmp_path / "state.yaml").read_text()) == {"tenants": {"good": good}}
+    # what the operator reads: the side file's header (one line per reason), the state file's, the log line
+    (why,) = loaded.set_aside.problems
+    assert side.read_text().startswith(f"# set aside by the controller at start; why:\n#   {why}\ntenants:\n")
+    assert (tmp_path / "state.yaml").read_text().startswith(
+        "# written by the bwfabric controller's API; do not edit while it runs\ntenants:\n")
+    assert loaded.set_aside.describe() == f"{tmp_path / 'state.yaml'}: tenant(s) bad set aside: {why}"
+    two = config.SetAside(tmp_path / "s.yaml", {"b": {}, "a": {}}, ["one", "two"])
+    assert two.describe() == f"{tmp_path / 's.yaml'}: tenant(s) a, b set aside: one; two"
     assert config.load(conf).digest == loaded.digest          # the next start needs nothing set aside
 
 
@@ -263,6 +271,7 @@ def test_an_unreadable_overlay_is_moved_aside_whole(tmp_path, text):
         config.load(conf)
     loaded = config.load(conf, salvage=True)
     assert loaded.set_aside.tenants is None and loaded.overlay == {}
+    assert loaded.set_aside.describe().startswith(f"{tmp_path / 'state.yaml'}: the whole file set aside: ")
     side = config.set_aside(loaded, now=0)
     assert side.read_bytes() == text.encode() and not (tmp_path / "state.yaml").exists()
 
