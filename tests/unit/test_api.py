@@ -255,3 +255,57 @@ def test_bwfabric_status_and_tenants_are_thin_clients_of_a_live_api(tmp_path):
     finally:
         server.stop()
         runtime.stop()
+
+
+class _Sessions:
+    """The agents' states as the sessions report them (the API only counts them)."""
+
+    def __init__(self, states):
+        self._states = states
+
+    def states(self):
+        return self._states
+
+
+def test_the_read_endpoints_answer_with_their_whole_documented_shape(ctl, monkeypatch):
+    """/v1/status, /v1/fabric, /v1/flows, /v1/lrc and /v1/agents, field by
+    field: what clients, `bwfabric status` and dashboards read."""
+    from controller import admission, api as api_mod
+    loaded = ctl.rt.loaded
+    code, status = ctl.req("GET", "/v1/status")
+    assert code == 200 and status == {
+        "digest": loaded.digest, "version": ctl.rt.version, "generation": ctl.rt.generation,
+        "file": str(ctl.workdir / "bwfabric.yaml"), "load_errors": 0, "last_error": None,
+        "overlay_set_aside": None, "routing": loaded.cfg.controller.routing, "switches": 20, "hosts": 16,
+        "tenants": 3, "vms": 12, "agents": {"declared": 0, "connected": 0, "in_force": 0}}
+    agents = [{"host": "h1", "connected": True, "in_force": 3}, {"host": "h2", "connected": False, "in_force": None},
+              {"host": "h3", "connected": True, "in_force": 0}]
+    ctl.api.sessions = _Sessions(agents)
+    assert ctl.req("GET", "/v1/status")[1]["agents"] == {"declared": 3, "connected": 2, "in_force": 1}
+    assert ctl.req("GET", "/v1/agents") == (200, {"agents": agents})
+
+    monkeypatch.setitem(api_mod.PROVIDERS, "link_loads", lambda: {("e0_0", "a0_0"): 1_500_000.0})
+    code, fabric = ctl.req("GET", "/v1/fabric")
+    assert code == 200 and set(fabric) == {"switches", "hosts", "links", "admission"}
+    sw = {s["name"]: s for s in fabric["switches"]}
+    t = {s.name: s for s in loaded.topology.switches}["e0_0"]
+    assert sw["e0_0"] == {"name": "e0_0", "dpid": t.dpid, "role": "edge", "pod": 0} and len(sw) == 20
+    h1 = {h.name: h for h in loaded.topology.hosts}["h1"]
+    assert {"name": "h1", "ip": h1.ip} in fabric["hosts"] and len(fabric["hosts"]) == 16
+    link = next(lk for lk in fabric["links"] if {lk["a"], lk["b"]} == {"e0_0", "a0_0"})
+    a, b = link["a"], link["b"]
+    assert link == {"a": a, "b": b, "capacity_mbps": link["capacity_mbps"],
+                    "load_mbps": {f"{a}>{b}": 1.5 if a == "e0_0" else None, f"{b}>{a}": 1.5 if b == "e0_0" else None}}
+    assert fabric["admission"] == {"mu": 0.9, "cuts": admission.headroom(loaded.topology, loaded.guarantees(), 0.9)}
+
+    assert ctl.req("GET", "/v1/flows") == (200, {"flows": []})
+    assert ctl.req("GET", "/v1/lrc") == (200, {"lrc": None})
+    monkeypatch.setitem(api_mod.PROVIDERS, "flows", lambda: [{"key": "f"}])
+    monkeypatch.setitem(api_mod.PROVIDERS, "lrc", lambda: {"links": 1})
+    assert ctl.req("GET", "/v1/flows") == (200, {"flows": [{"key": "f"}]})
+    assert ctl.req("GET", "/v1/lrc") == (200, {"lrc": {"links": 1}})
+
+
+def test_link_loads_are_mbps_to_the_bit():
+    from controller.api import _mbps
+    assert _mbps(None) is None and _mbps(0.0) == 0.0 and _mbps(1_234_567.0) == 1.234567 and _mbps(1.0) == 1e-06
