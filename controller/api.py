@@ -350,19 +350,37 @@ def _json(data: Any, status: int = 200, headers: dict | None = None) -> Response
                     mimetype="application/json", headers=headers)
 
 
+FD_MARGIN = 256      # open files kept for everything but the API's connections (sockets, logs, state)
+MIN_CONNECTIONS = 16
+
+
+def file_limit_plan(connections: int, soft: int, hard: int, infinity: int = resource.RLIM_INFINITY
+                    ) -> tuple[int | None, int]:
+    """(the soft limit to ask for, or None to leave it; the connections the
+    API may then hold) for an open-file limit of ``soft``/``hard``: room for
+    ``connections`` plus FD_MARGIN, never past the hard limit, and at least
+    MIN_CONNECTIONS connections whatever the limit."""
+    want = connections + FD_MARGIN
+    new = None
+    if soft != infinity and soft < want:
+        new = want if hard == infinity else min(want, hard)
+    limit = new if new is not None else soft
+    return new, (connections if limit == infinity else max(MIN_CONNECTIONS, min(connections, limit - FD_MARGIN)))
+
+
 def open_files_for(connections: int) -> int:
     """Raise this process's open-file limit towards ``connections`` plus a
-    margin (never past the hard limit); returns the connections it allows."""
+    margin (never past the hard limit); returns the connections it allows
+    (as many as the old limit allows if the kernel refuses the new one)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = connections + 256
-    if soft != resource.RLIM_INFINITY and soft < want:
-        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-            soft = new
-        except (ValueError, OSError):
-            pass
-    return connections if soft == resource.RLIM_INFINITY else max(16, min(connections, soft - 256))
+    new, allowed = file_limit_plan(connections, soft, hard)
+    if new is None:
+        return allowed
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ValueError, OSError):
+        return file_limit_plan(connections, soft, soft)[1]
+    return allowed
 
 
 class Server:

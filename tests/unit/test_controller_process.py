@@ -88,3 +88,63 @@ def test_the_api_token_file_must_be_private_and_long(tmp_path):
     path.write_text("short")
     with pytest.raises(ValueError, match="shorter than 16"):
         read_token(path)
+
+
+def test_the_token_files_edges(tmp_path):
+    """16 characters are enough, 15 are not (spaces around do not count);
+    a file of 4096 bytes is read, one byte more is refused; bytes that are
+    not UTF-8 are refused by name."""
+    path = tmp_path / "t"
+
+    def write(data: bytes):
+        path.write_bytes(data)
+        os.chmod(path, 0o600)
+    write(b"  0123456789abcdef\n")
+    assert read_token(path) == "0123456789abcdef"
+    write(b"0123456789abcde\n")
+    with pytest.raises(ValueError, match=f"API token {path}: shorter than 16 characters"):
+        read_token(path)
+    write(b"a" * 4096)
+    assert read_token(path) == "a" * 4096
+    write(b"a" * 4097)
+    with pytest.raises(ValueError, match="API token file"):
+        read_token(path)
+    write(b"0123456789abcdef\xff\xfe")
+    with pytest.raises(ValueError, match=f"API token {path}: not UTF-8 text"):
+        read_token(path)
+
+
+def test_the_open_file_limit_plan():
+    """Room for the connections plus a margin, never past the hard limit;
+    an unlimited soft limit is left alone; at least 16 connections."""
+    import resource
+
+    from controller.api import FD_MARGIN, file_limit_plan
+    inf = resource.RLIM_INFINITY
+    assert FD_MARGIN == 256
+    assert file_limit_plan(2048, 1024, 4096) == (2304, 2048)        # raised to what is wanted
+    assert file_limit_plan(2048, 1024, 2000) == (2000, 1744)        # ...up to the hard limit
+    assert file_limit_plan(2048, 1024, inf) == (2304, 2048)
+    assert file_limit_plan(2048, 2304, 4096) == (None, 2048)        # already enough: untouched
+    assert file_limit_plan(2048, 2303, 4096) == (2304, 2048)
+    assert file_limit_plan(2048, inf, inf) == (None, 2048)
+    assert file_limit_plan(2048, 100, 200) == (200, 16)             # hardly any files: still 16
+    assert file_limit_plan(2048, 100, 100) == (100, 16)
+
+
+def test_the_api_server_is_configured_as_documented():
+    """waitress's settings: a bounded pool, poll, the connection and size
+    limits, idle connections closed, no tracebacks or proxy headers."""
+    from controller.api import MAX_BODY, Api, Server
+    srv = Server(Api.__new__(Api), "127.0.0.1", 0).start()
+    try:
+        adj = srv.httpd.adj
+        assert srv.app is not None and (adj.threads, adj.asyncore_use_poll, adj.backlog) == (4, True, 1024)
+        assert (adj.channel_timeout, adj.cleanup_interval) == (10, 1)
+        assert (adj.max_request_body_size, adj.max_request_header_size) == (MAX_BODY, 16 * 1024)
+        assert adj.connection_limit >= 16 and adj.ident == "bwfabric"
+        assert adj.expose_tracebacks is False and adj.clear_untrusted_proxy_headers is True
+        assert srv.httpd.effective_host == "127.0.0.1" and int(srv.port) > 0 and srv.thread.is_alive()
+    finally:
+        srv.stop()
+    assert not srv.thread.is_alive()                # stopped: its loop thread ended
