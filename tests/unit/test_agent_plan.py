@@ -465,3 +465,57 @@ def test_in_pair_slots_is_exactly_the_slot_range():
     assert P.in_pair_slots(f"1:{base:x}", base) and P.in_pair_slots(f"1:{base + P.MAX_PAIRS - 1:x}", base)
     assert not P.in_pair_slots(f"1:{base - 1:x}", base) and not P.in_pair_slots(f"1:{base + P.MAX_PAIRS:x}", base)
     assert not P.in_pair_slots(f"2:{base:x}", base) and not P.in_pair_slots("1:zz", base)
+
+
+def test_pair_slots_at_their_edges():
+    """Address order, not text order, for new destinations (10.0.0.10 after
+    10.0.0.9); a kept slot 0 is kept; exactly MAX_PAIRS destinations fit,
+    one more is refused by name."""
+    assert P.pair_slots(["10.0.0.10", "10.0.0.9"]) == {"10.0.0.9": 0, "10.0.0.10": 1}
+    assert P.pair_slots(["10.0.0.3", "10.0.0.9"], {"10.0.0.9": 0}) == {"10.0.0.9": 0, "10.0.0.3": 1}
+    many = [f"10.1.{i // 250}.{i % 250 + 1}" for i in range(P.MAX_PAIRS)]
+    assert sorted(P.pair_slots(many).values()) == list(range(P.MAX_PAIRS))
+    with pytest.raises(P.PlanError, match=f"{P.MAX_PAIRS + 1} pair destinations, at most {P.MAX_PAIRS}"):
+        P.pair_slots([*many, "10.9.9.9"])
+
+
+def test_a_nic_puts_bg_before_wc_exactly():
+    """The NIC's (and a switch port's) tree, step by step: unmatched
+    traffic is BG; BG (prio 0) holds the rate less WC's floor, WC (prio 1)
+    its floor and borrows up to the rate; each a byte FIFO; ToS 0x20 to
+    WC."""
+    steps = P.nic_plan("eth0", 10e6, 225_000)
+    assert steps == [
+        P.TcQdisc("eth0", "1:", "1:10"),
+        P.TcClass("eth0", "1:1", "1:", 10_000_000, 10_000_000, 0),
+        P.TcClass("eth0", "1:10", "1:1", 9_900_000, 10_000_000, 0),
+        P.TcLeaf("eth0", "1:10", "1010:", 225_000),
+        P.TcClass("eth0", "1:20", "1:1", 100_000, 10_000_000, 1),
+        P.TcLeaf("eth0", "1:20", "1020:", 225_000),
+        P.TcFilter("eth0", 1, (0x20, 0xfc), "1:20"),
+    ]
+    # the floor is at least 8 kb/s (HTB needs a rate): 1 % of 1 Mb/s is 10 kb/s, of 500 kb/s 8 kb/s
+    assert P.nic_plan("eth0", 1e6, 1)[4].rate_bps == 10_000
+    assert P.nic_plan("eth0", 500e3, 1)[4].rate_bps == 8_000
+    assert P.nic_plan("eth0", 10e6, 1, wc_floor_fraction=0.25)[2].rate_bps == 7_500_000
+
+
+@pytest.mark.parametrize("rate, queue, fraction", [
+    (16_000, 100, 0.01),        # the rate is exactly twice the floor
+    (10e6, 0, 0.01), (10e6, -1, 0.01),
+    (10e6, 100, 0.0), (10e6, 100, 0.5), (10e6, 100, -0.1)])
+def test_a_nic_plan_that_cannot_work_is_refused_by_name(rate, queue, fraction):
+    with pytest.raises(P.PlanError, match="eth0: need a rate above twice WC's floor"):
+        P.nic_plan("eth0", rate, queue, wc_floor_fraction=fraction)
+
+
+def test_a_nic_plan_just_inside_its_edges():
+    assert P.nic_plan("eth0", 16_001, 1)[2].rate_bps == 8_001          # just above twice the floor
+    assert P.nic_plan("eth0", 10e6, 1, wc_floor_fraction=0.49)[4].rate_bps == 4_900_000
+
+
+def test_a_nic_queue_is_20_ms_at_its_rate_at_least_150_frames():
+    assert P.nic_queue_bytes(10e6) == 225_000                # 150 x 1500 B (20 ms would be 25 kB)
+    assert P.nic_queue_bytes(90e6) == 225_000
+    assert P.nic_queue_bytes(90_000_400) == 225_001          # 20 ms just past 150 frames
+    assert P.nic_queue_bytes(1e9) == 2_500_000
