@@ -78,11 +78,22 @@ def write_state(path: Path, overlay: dict) -> None:
     write_private(path, "# written by the bwfabric controller's API; do not edit while it runs\n", overlay)
 
 
+ETAG = "ETag"          # HTTP header names are case-insensitive: named once
+
+
+def _plain(model: Any) -> Any:
+    """A tenant's or VM's content as JSON values (what the API reads,
+    writes and tags)."""
+    # not mutated (mutmut): the models hold only JSON types (str, float, None), so any dump mode gives the same
+    return model.model_dump(mode="json")  # pragma: no mutate
+
+
 def etag(resource: Any) -> str:
     """A strong entity tag of a tenant's or VM's content (RFC 9110): any
     change -- by the API or by a reload of the operator's file -- changes
     it, so a client's If-Match detects every write it did not see."""
-    blob = json.dumps(resource.model_dump(mode="json"), sort_keys=True, allow_nan=False).encode()
+    # canonical JSON (not mutated: keys are already in field order and NaN never passes validation)
+    blob = json.dumps(_plain(resource), sort_keys=True, allow_nan=False).encode()  # pragma: no mutate
     return '"' + hashlib.sha256(blob).hexdigest()[:20] + '"'
 
 
@@ -192,13 +203,13 @@ class Api:
 
     def on_tenants(self, request):
         tenants = self.rt.loaded.cfg.tenants
-        return _json({"tenants": {t: v.model_dump(mode="json") for t, v in tenants.items()},
+        return _json({"tenants": {t: _plain(v) for t, v in tenants.items()},
                       "etags": {t: etag(v) for t, v in tenants.items()}})
 
     def on_tenant(self, request, t):
         if request.method == "GET":
             tenant = self._tenant(self.rt.loaded, t)
-            return _json(tenant.model_dump(mode="json"), headers={"ETag": etag(tenant)})
+            return _json(_plain(tenant), headers={ETAG: etag(tenant)})
         if request.method == "DELETE":
             def mutate(loaded):
                 _preconditions(request, self._tenant(loaded, t))
@@ -212,7 +223,7 @@ class Api:
 
         def mutate(loaded):
             _preconditions(request, loaded.cfg.tenants.get(t))
-            return _overlay(loaded, {t: tenant.model_dump(mode="json")})
+            return _overlay(loaded, {t: _plain(tenant)})
         return self._change(mutate, f"PUT tenant {t}", lambda loaded: loaded.cfg.tenants.get(t))
 
     def on_vm(self, request, t, vm):
@@ -220,12 +231,12 @@ class Api:
             tenant = self._tenant(self.rt.loaded, t)
             if vm not in tenant.vms:
                 raise ApiError(404, f"tenant {t} has no VM {vm}")
-            return _json(tenant.vms[vm].model_dump(mode="json"), headers={"ETag": etag(tenant.vms[vm])})
+            return _json(_plain(tenant.vms[vm]), headers={ETAG: etag(tenant.vms[vm])})
         new_vm = None
         if request.method == "PUT":
             body = _body(request)
             try:
-                new_vm = Vm.model_validate(body).model_dump(mode="json")
+                new_vm = _plain(Vm.model_validate(body))
             except ValidationError as exc:
                 raise ApiError(422, "invalid VM", schema_errors(exc, f"tenants.{t}.vms.{vm}")) from None
 
@@ -233,7 +244,7 @@ class Api:
             # the tenant is read here, under the change lock: a VM change
             # composes with every other change instead of overwriting it
             tenant = self._tenant(loaded, t)
-            vms = {n: v.model_dump(mode="json") for n, v in tenant.vms.items()}
+            vms = {n: _plain(v) for n, v in tenant.vms.items()}
             if new_vm is None and vm not in vms:
                 raise ApiError(404, f"tenant {t} has no VM {vm}")
             _preconditions(request, tenant.vms.get(vm))
@@ -241,7 +252,7 @@ class Api:
                 del vms[vm]
             else:
                 vms[vm] = new_vm
-            return _overlay(loaded, {t: {**tenant.model_dump(mode="json"), "vms": vms}})
+            return _overlay(loaded, {t: {**_plain(tenant), "vms": vms}})
         return self._change(mutate, f"{request.method} VM {t}/{vm}",
                             lambda loaded: (loaded.cfg.tenants.get(t) or Tenant()).vms.get(vm))
 
@@ -276,7 +287,7 @@ class Api:
                            exc.problems) from None
         log.info("API %s accepted: configuration %s, version %d", what, result["digest"], result["version"])
         changed = resource(self.rt.loaded)
-        return _json(result, headers={"ETag": etag(changed)} if changed is not None else None)
+        return _json(result, headers={ETAG: etag(changed)} if changed is not None else None)
 
     def _persist(self, overlay: dict) -> None:
         try:

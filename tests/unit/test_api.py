@@ -105,6 +105,7 @@ def test_an_accepted_change_is_persisted_applied_and_survives_a_restart(ctl):
     ("PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h1", "guarantee_mbps": 1}}}, 422, "already carries"),
     ("PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h4", "guarantee_mbps": 1}}, "colour": 1}, 422, "colour"),
     ("PUT", "/v1/tenants/x", [1, 2], 422, "tenants.x"),
+    ("PUT", "/v1/tenants/x", [1, 2], 422, '"error": "invalid tenant"'),
     ("PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h4", "guarantee_mbps": 9.5}}}, 409, "host h4 NIC"),
     ("PUT", "/v1/tenants/analytics/vms/a1", {"host": "h1", "guarantee_mbps": 9.1}, 409, "exceed mu 0.9"),
     ("PUT", "/v1/tenants/nobody/vms/v", {"host": "h4", "guarantee_mbps": 1}, 404, "no tenant"),
@@ -309,3 +310,31 @@ def test_the_read_endpoints_answer_with_their_whole_documented_shape(ctl, monkey
 def test_link_loads_are_mbps_to_the_bit():
     from controller.api import _mbps
     assert _mbps(None) is None and _mbps(0.0) == 0.0 and _mbps(1_234_567.0) == 1.234567 and _mbps(1.0) == 1e-06
+
+
+def test_reading_a_missing_vm_is_404_by_name(ctl):
+    assert ctl.req("GET", "/v1/tenants/web/vms/nope") == (404, {"error": "tenant web has no VM nope", "problems": []})
+
+
+def test_every_accepted_change_is_logged_with_what_it_was(ctl, caplog):
+    import logging
+    with caplog.at_level(logging.INFO, logger="bwfabric.api"):
+        assert ctl.req("PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h4", "guarantee_mbps": 1}}})[0] == 200
+        assert ctl.req("DELETE", "/v1/tenants/x")[0] == 200
+    said = [r.getMessage() for r in caplog.records if r.name == "bwfabric.api"]
+    assert any(m.startswith("API PUT tenant x accepted: configuration ") for m in said), said
+    assert any(m.startswith("API DELETE tenant x accepted: configuration ") for m in said), said
+
+
+def test_an_etag_is_a_quoted_20_digit_hash_that_follows_the_content(ctl):
+    import re
+    r1 = ctl.client.get("/v1/tenants/web", headers={"Authorization": f"Bearer {TOKEN}"})
+    tag = r1.headers["ETag"]
+    assert re.fullmatch(r'"[0-9a-f]{20}"', tag), tag
+    assert ctl.req("PUT", "/v1/tenants/web/vms/w1", {"host": "h2", "guarantee_mbps": 1.5})[0] == 200
+    r2 = ctl.client.get("/v1/tenants/web", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert re.fullmatch(r'"[0-9a-f]{20}"', r2.headers["ETag"]) and r2.headers["ETag"] != tag
+    put = ctl.client.put("/v1/tenants/web/vms/w1", headers={"Authorization": f"Bearer {TOKEN}"},
+                         data=json.dumps({"host": "h2", "guarantee_mbps": 1.5}), content_type="application/json")
+    vm = ctl.client.get("/v1/tenants/web/vms/w1", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert put.headers["ETag"] == vm.headers["ETag"]               # a change answers with the new ETag
