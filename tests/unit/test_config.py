@@ -337,3 +337,39 @@ def test_a_validator_the_reference_cannot_name_stops_it():
     with pytest.raises(ValueError, match="say what validator _odd checks"):
         config._constraint(AfterValidator(_odd))
     assert config._constraint("gt=0") == "gt=0"
+
+
+def test_schema_errors_read_as_the_reference_words_them():
+    """Every pydantic error an operator can cause, as one line: the path
+    (union and validator steps left out) and the problem in our words."""
+    from pydantic import ValidationError
+
+    def problems(model, data, prefix=""):
+        with pytest.raises(ValidationError) as exc:
+            model.model_validate(data)
+        return config.schema_errors(exc.value, prefix)
+    vm = {"host": "h1", "guarantee_mbps": 1}
+    assert problems(config.Vm, {**vm, "colour": 2}, "tenants.t.vms.v") == ["tenants.t.vms.v.colour: unknown key"]
+    assert problems(config.Vm, {"guarantee_mbps": 1}) == ["host: required"]
+    assert problems(config.Vm, {**vm, "guarantee_mbps": float("nan")}) == [
+        "guarantee_mbps: must be a finite number (NaN and Infinity are refused)"]
+    assert problems(config.Vm, {**vm, "guarantee_mbps": "x"}) == ["guarantee_mbps: must be a valid number"]
+    assert problems(config.Vm, {**vm, "address": "1.2.3"}) == [
+        "address: '1.2.3' does not appear to be an IPv4 or IPv6 address"]
+    assert problems(config.Tenant, {"vms": {"bad name!": vm}}, "tenants.t") == [
+        "tenants.t.vms.bad name!: names are 1-32 letters, digits, '_', '.' or '-', starting with a letter or digit"]
+    assert problems(config.Tenant, {"policy": "nope", "vms": {}}) == ["policy: must be 'guarantee', 'equal' or 'explicit'"]
+    assert problems(config.Vm, [1]) == ["(top level): must be a valid dictionary or instance of Vm"]
+
+
+def test_error_paths_and_messages_drop_pydantics_internals():
+    assert config._loc(("vms", "function-after[_ip()]", "literal['a']", "[key]", "a1", 0)) == "vms.a1.0"
+    assert config._loc(("functional", "literally", "key")) == "functional.literally.key"
+    msg = lambda kind, text, **ctx: config._message({"type": kind, "msg": text, "ctx": ctx})    # noqa: E731
+    assert msg("value_error", "Value error, Guarantee too big") == "guarantee too big"
+    assert msg("assertion_error", "Assertion failed, Out of range") == "out of range"
+    assert msg("value_error", "A Value error, inside") == "a Value error, inside"      # only a prefix goes
+    assert msg("x", "Input should be greater than 0") == "must be greater than 0"
+    assert msg("x", "") == ""
+    assert msg("string_pattern_mismatch", "String should match pattern 'x'", pattern="x") == \
+        "string should match pattern 'x'"
