@@ -1,0 +1,126 @@
+"""The API's HTTP contract, request by request through the real WSGI app:
+which methods each route takes, every refusal's status and words, the
+content types, conditional requests and what a bug answers."""
+
+import json
+import logging
+
+import pytest
+
+from controller import api as api_mod
+from tests.unit.test_api import TOKEN, ctl  # noqa: F401 (the fixture)
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ROUTES = {"/v1/status": {"GET"}, "/v1/fabric": {"GET"}, "/v1/flows": {"GET"}, "/v1/lrc": {"GET"},
+          "/v1/agents": {"GET"}, "/v1/tenants": {"GET"}, "/v1/reload": {"POST"},
+          "/v1/tenants/web": {"GET", "PUT", "DELETE"}, "/v1/tenants/web/vms/w1": {"GET", "PUT", "DELETE"},
+          "/metrics": {"GET"}}
+
+
+def _call(ctl, method, path, body=None, headers=None, raw=None):
+    data = raw if raw is not None else (None if body is None else json.dumps(body))
+    resp = ctl.client.open(path, method=method, headers={**AUTH, **(headers or {})}, data=data,
+                           content_type="application/json")
+    return resp
+
+
+@pytest.mark.parametrize("path", sorted(ROUTES))
+def test_each_route_takes_its_methods_and_refuses_the_others_by_name(ctl, path):
+    for method in ("GET", "PUT", "DELETE", "POST", "PATCH"):
+        if method in ROUTES[path]:
+            continue
+        resp = _call(ctl, method, path)
+        assert resp.status_code == 405, (method, path)
+        assert json.loads(resp.data) == {"error": f"{method} is not allowed on {path}", "problems": []}
+        assert resp.mimetype == "application/json"
+    if "GET" in ROUTES[path]:
+        resp = _call(ctl, "GET", path)
+        assert resp.status_code == 200, path
+        assert resp.mimetype == ("text/plain" if path == "/metrics" else "application/json")
+
+
+def test_paths_are_case_sensitive_and_unknown_ones_404_by_name(ctl):
+    for path in ("/V1/FLOWS", "/v1/nothing", "/v1/tenants/web/vms"):
+        resp = _call(ctl, "GET", path)
+        assert resp.status_code == 404 and json.loads(resp.data) == {"error": f"no resource {path}", "problems": []}
+
+
+def test_metrics_are_prometheus_text_without_a_token(ctl):
+    resp = ctl.client.get("/metrics")
+    assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/plain; version=")
+
+
+@pytest.mark.parametrize("header", [None, "Bearer wrong-token-0123456789", f"Basic {TOKEN}", f"bearer{TOKEN}"])
+def test_a_missing_or_wrong_token_is_401_in_words(ctl, header):
+    resp = ctl.client.get("/v1/status", headers={"Authorization": header} if header else {})
+    assert resp.status_code == 401
+    assert json.loads(resp.data) == {"error": "missing or wrong bearer token", "problems": []}
+    ok = ctl.client.get("/v1/status", headers={"Authorization": f"BEARER  {TOKEN} "})   # scheme any case
+    assert ok.status_code == 200
+
+
+def test_bodies_over_the_limit_are_413_whether_announced_or_not(ctl):
+    big = b"{" + b" " * api_mod.MAX_BODY + b"}"
+    resp = _call(ctl, "PUT", "/v1/tenants/web/vms/w1", raw=big)
+    assert resp.status_code == 413
+    assert json.loads(resp.data)["error"] == f"body of {len(big)} bytes, at most {api_mod.MAX_BODY}"
+    # chunked: no Content-Length, cut off as it arrives
+    env = {"wsgi.input_terminated": True}
+    resp = ctl.client.open("/v1/tenants/web/vms/w1", method="PUT", headers={**AUTH, "Transfer-Encoding": "chunked"},
+                           input_stream=__import__("io").BytesIO(big), environ_overrides=env,
+                           content_type="application/json")
+    assert resp.status_code == 413 and json.loads(resp.data)["error"] == f"body over {api_mod.MAX_BODY} bytes"
+
+
+def test_a_body_that_is_not_json_says_so_and_why(ctl):
+    resp = _call(ctl, "PUT", "/v1/tenants/web/vms/w1", raw=b"{nope")
+    got = json.loads(resp.data)
+    assert resp.status_code == 422 and got["error"] == "the body is not JSON bwfabric accepts"
+    assert len(got["problems"]) == 1 and got["problems"][0].startswith("body")
+
+
+def test_changes_the_configuration_refuses_are_409_or_422_in_words(ctl):
+    resp = _call(ctl, "PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h4", "guarantee_mbps": 9.5}}})
+    assert resp.status_code == 409 and json.loads(resp.data)["error"] == "admission control refuses it"
+    resp = _call(ctl, "PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h99", "guarantee_mbps": 1}}})
+    assert resp.status_code == 422 and json.loads(resp.data)["error"] == "invalid configuration"
+
+
+def test_conditional_requests_hold_or_say_what_the_resource_is_now(ctl):
+    tag = ctl.client.get("/v1/tenants/web/vms/w1", headers=AUTH).headers["ETag"]
+    vm = {"host": "h2", "guarantee_mbps": 1.5}
+    stale = '"00000000000000000000"'
+    resp = _call(ctl, "PUT", "/v1/tenants/web/vms/w1", vm, {"If-Match": stale})
+    assert resp.status_code == 412 and json.loads(resp.data)["error"] == \
+        f"If-Match {stale} does not hold: the resource is now {tag}; read it again"
+    resp = _call(ctl, "PUT", "/v1/tenants/web/vms/new1", vm, {"If-Match": "*"})
+    assert resp.status_code == 412 and json.loads(resp.data)["error"] == \
+        "If-Match * does not hold: the resource is now absent; read it again"
+    resp = _call(ctl, "PUT", "/v1/tenants/web/vms/w1", vm, {"If-None-Match": "*"})
+    assert resp.status_code == 412 and json.loads(resp.data)["error"] == \
+        f"If-None-Match * does not hold: the resource exists ({tag})"
+    resp = _call(ctl, "PUT", "/v1/tenants/web/vms/w1", vm, {"If-None-Match": stale})   # another tag: it holds
+    assert resp.status_code == 200
+    new = resp.headers["ETag"]
+    assert _call(ctl, "PUT", "/v1/tenants/web/vms/w1", vm, {"If-Match": f"{stale}, {new}"}).status_code == 200
+
+
+def test_a_bug_answers_500_naming_its_kind_and_is_logged(ctl, monkeypatch, caplog):
+    def broken():
+        raise RuntimeError("boom")
+    monkeypatch.setitem(api_mod.PROVIDERS, "flows", broken)
+    with caplog.at_level(logging.ERROR, logger="bwfabric.api"):
+        resp = _call(ctl, "GET", "/v1/flows")
+    assert resp.status_code == 500 and json.loads(resp.data) == {"error": "internal error: RuntimeError"}
+    assert [r.getMessage() for r in caplog.records if r.name == "bwfabric.api"] == ["API GET /v1/flows failed"]
+    assert ctl.api.requests.get("500") == 1 and _call(ctl, "GET", "/v1/status").status_code == 200
+
+
+def test_the_runtime_hears_which_api_change_it_was(ctl, caplog):
+    with caplog.at_level(logging.INFO, logger="bwfabric.runtime"):
+        assert _call(ctl, "PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h4", "guarantee_mbps": 1}}}).status_code == 200
+        assert _call(ctl, "PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h99", "guarantee_mbps": 1}}}).status_code \
+            == 422
+    said = [r.getMessage() for r in caplog.records if r.name == "bwfabric.runtime"]
+    assert any(m.endswith("from API PUT tenant x)") for m in said), said
+    assert any(m.startswith("API PUT tenant x refused, nothing changed:") for m in said), said
