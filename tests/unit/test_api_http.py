@@ -124,3 +124,26 @@ def test_the_runtime_hears_which_api_change_it_was(ctl, caplog):
     said = [r.getMessage() for r in caplog.records if r.name == "bwfabric.runtime"]
     assert any(m.endswith("from API PUT tenant x)") for m in said), said
     assert any(m.startswith("API PUT tenant x refused, nothing changed:") for m in said), said
+
+
+def test_serve_listens_where_the_configuration_says_and_answers_over_http(ctl, caplog, monkeypatch):
+    """api.serve: the configured address (port 0 here: any free one), the
+    token file's token, a real HTTP exchange through waitress, and its
+    request counts in /metrics."""
+    import urllib.request
+
+    from controller import metrics
+    monkeypatch.setattr(metrics.COLLECTOR, "providers", dict(metrics.COLLECTOR.providers))   # restored after
+    with caplog.at_level(logging.INFO, logger="bwfabric.api"):
+        srv = api_mod.serve(ctl.rt)
+    try:
+        assert srv.httpd.effective_host == "127.0.0.1" and srv.app.token == TOKEN and srv.app.rt is ctl.rt
+        url = f"http://127.0.0.1:{srv.port}"
+        req = urllib.request.Request(f"{url}/v1/status", headers=AUTH)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200 and json.loads(resp.read())["digest"] == ctl.rt.loaded.digest
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+            assert 'bwfabric_api_requests_total{code="200"} 1.0' in resp.read().decode()
+        assert "API and /metrics on http://127.0.0.1:0 (waitress)" in [r.getMessage() for r in caplog.records]
+    finally:
+        srv.stop()
