@@ -272,6 +272,7 @@ def test_the_read_endpoints_answer_with_their_whole_documented_shape(ctl, monkey
     """/v1/status, /v1/fabric, /v1/flows, /v1/lrc and /v1/agents, field by
     field: what clients, `bwfabric status` and dashboards read."""
     from controller import admission, api as api_mod
+    monkeypatch.setattr(api_mod, "PROVIDERS", {})        # what other tests' apps registered is not this API's
     loaded = ctl.rt.loaded
     code, status = ctl.req("GET", "/v1/status")
     assert code == 200 and status == {

@@ -17,6 +17,12 @@ ROUTES = {"/v1/status": {"GET"}, "/v1/fabric": {"GET"}, "/v1/flows": {"GET"}, "/
           "/metrics": {"GET"}}
 
 
+@pytest.fixture(autouse=True)
+def _own_providers(monkeypatch):
+    """This API's providers only (apps started by other tests register theirs process-wide)."""
+    monkeypatch.setattr(api_mod, "PROVIDERS", {})
+
+
 def _call(ctl, method, path, body=None, headers=None, raw=None):
     data = raw if raw is not None else (None if body is None else json.dumps(body))
     resp = ctl.client.open(path, method=method, headers={**AUTH, **(headers or {})}, data=data,
