@@ -97,6 +97,21 @@ def etag(resource: Any) -> str:
     return '"' + hashlib.sha256(blob).hexdigest()[:20] + '"'
 
 
+# the API's resources: path, endpoint (the on_<endpoint> handler), methods
+ROUTES = (
+    ("/metrics", "metrics", ("GET",)),
+    ("/v1/status", "status", ("GET",)),
+    ("/v1/fabric", "fabric", ("GET",)),
+    ("/v1/flows", "flows", ("GET",)),
+    ("/v1/lrc", "lrc", ("GET",)),
+    ("/v1/agents", "agents", ("GET",)),
+    ("/v1/reload", "reload", ("POST",)),
+    ("/v1/tenants", "tenants", ("GET",)),
+    ("/v1/tenants/<t>", "tenant", ("GET", "PUT", "DELETE")),
+    ("/v1/tenants/<t>/vms/<vm>", "vm", ("GET", "PUT", "DELETE")),
+)
+
+
 class ApiError(Exception):
     def __init__(self, status: int, error: str, problems: list[str] | None = None):
         super().__init__(error)
@@ -113,18 +128,9 @@ class Api:
         self.requests: dict[str, int] = {}
         self.persist_errors = 0             # accepted changes that could not be written (nothing changed)
         self.counts_lock = threading.Lock()
-        self.url_map = Map([
-            Rule("/metrics", endpoint="metrics", methods=["GET"]),
-            Rule("/v1/status", endpoint="status", methods=["GET"]),
-            Rule("/v1/fabric", endpoint="fabric", methods=["GET"]),
-            Rule("/v1/flows", endpoint="flows", methods=["GET"]),
-            Rule("/v1/lrc", endpoint="lrc", methods=["GET"]),
-            Rule("/v1/agents", endpoint="agents", methods=["GET"]),
-            Rule("/v1/reload", endpoint="reload", methods=["POST"]),
-            Rule("/v1/tenants", endpoint="tenants", methods=["GET"]),
-            Rule("/v1/tenants/<t>", endpoint="tenant", methods=["GET", "PUT", "DELETE"]),
-            Rule("/v1/tenants/<t>/vms/<vm>", endpoint="vm", methods=["GET", "PUT", "DELETE"]),
-        ], strict_slashes=False)
+        # a trailing slash is the same resource (no redirect)
+        self.url_map = Map([Rule(path, endpoint=endpoint, methods=list(methods)) for path, endpoint, methods in ROUTES],
+                           strict_slashes=False)
 
     # ---- WSGI ------------------------------------------------------------------------------------
     def __call__(self, environ, start_response):

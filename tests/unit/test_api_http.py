@@ -153,3 +153,54 @@ def test_serve_listens_where_the_configuration_says_and_answers_over_http(ctl, c
         assert "API and /metrics on http://127.0.0.1:0 (waitress)" in [r.getMessage() for r in caplog.records]
     finally:
         srv.stop()
+
+
+def test_a_trailing_slash_is_the_same_resource(ctl):
+    resp = _call(ctl, "GET", "/v1/status/")
+    assert resp.status_code == 200 and json.loads(resp.data)["digest"] == ctl.rt.loaded.digest
+
+
+def test_an_http_error_inside_a_handler_keeps_its_status_and_words(ctl, monkeypatch):
+    from werkzeug.exceptions import HTTPException, ServiceUnavailable
+
+    def busy():
+        raise ServiceUnavailable("busy, try later")
+    monkeypatch.setitem(api_mod.PROVIDERS, "flows", busy)
+    resp = _call(ctl, "GET", "/v1/flows")
+    assert resp.status_code == 503 and json.loads(resp.data) == {"error": "busy, try later"}
+
+    class Odd(HTTPException):       # no code, no description: 500, named
+        pass
+
+    def odd():
+        raise Odd()
+    monkeypatch.setitem(api_mod.PROVIDERS, "flows", odd)
+    resp = _call(ctl, "GET", "/v1/flows")
+    assert resp.status_code == 500 and json.loads(resp.data) == {"error": "Unknown Error"}
+
+
+def test_a_vm_body_the_schema_refuses_is_invalid_vm_with_its_path(ctl):
+    resp = _call(ctl, "PUT", "/v1/tenants/web/vms/w1", {"host": "h2", "guarantee_mbps": "x"})
+    got = json.loads(resp.data)
+    assert resp.status_code == 422 and got["error"] == "invalid VM"
+    assert got["problems"] == ["tenants.web.vms.w1.guarantee_mbps: must be a valid number"]
+
+
+def test_a_refused_reload_says_so(ctl):
+    (ctl.workdir / "bwfabric.yaml").write_text("version: 2\n")
+    resp = _call(ctl, "POST", "/v1/reload")
+    got = json.loads(resp.data)
+    assert resp.status_code == 422 and got["error"] == "the configuration file is refused; nothing changed"
+    assert got["problems"]
+
+
+def test_every_change_that_cannot_be_persisted_is_counted(ctl, monkeypatch):
+    def full(path, overlay):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(api_mod, "write_state", full)
+    for _ in range(2):
+        resp = _call(ctl, "PUT", "/v1/tenants/x", {"vms": {"v": {"host": "h4", "guarantee_mbps": 1}}})
+        assert resp.status_code == 507
+        assert json.loads(resp.data)["error"] == (f"the change could not be persisted to {ctl.api.state_file}: "
+                                                  "No space left on device; nothing changed")
+    assert ctl.api.persist_errors == 2
