@@ -373,3 +373,28 @@ def test_error_paths_and_messages_drop_pydantics_internals():
     assert msg("x", "") == ""
     assert msg("string_pattern_mismatch", "String should match pattern 'x'", pattern="x") == \
         "string should match pattern 'x'"
+
+
+def test_a_config_error_lists_every_problem_on_its_own_line():
+    exc = config.ConfigError(["a: required", "b: unknown key"])
+    assert str(exc) == "invalid configuration:\n  a: required\n  b: unknown key" and exc.problems == [
+        "a: required", "b: unknown key"]
+
+
+def test_private_files_are_written_whole_sorted_into_new_directories(tmp_path):
+    path = tmp_path / "new" / "deeper" / "state.yaml"
+    config.write_private(path, "# header\n", {"b": 1, "a": {"d": 2, "c": 3}})
+    assert path.read_text() == "# header\na:\n  c: 3\n  d: 2\nb: 1\n"
+    assert path.stat().st_mode & 0o777 == 0o600 and sorted(p.name for p in path.parent.iterdir()) == ["state.yaml"]
+
+
+def test_a_side_file_lists_every_reason(tmp_path):
+    state = tmp_path / "state.yaml"
+    state.write_text("tenants: {}\n")
+    loaded = config.Loaded.__new__(config.Loaded)
+    loaded.set_aside = config.SetAside(state, {"t": {"vms": {}}}, ["first reason", "second reason"])
+    loaded.overlay = {}
+    side = config.set_aside(loaded, now=86400.0)
+    assert side.name == "state.yaml.rejected-19700102T000000Z"
+    assert side.read_text().startswith("# set aside by the controller at start; why:\n#   first reason\n"
+                                       "#   second reason\ntenants:\n")
