@@ -72,3 +72,40 @@ def test_a_reply_cannot_be_reflected_back_as_a_command():
         agent_inbox.open(agent_reply)
     controller_inbox = Receiver(key, "h1", direction="a2c", clock=lambda: 1000.0)
     assert controller_inbox.open(agent_reply) == ("config", {"x": 1})
+
+
+def test_key_lengths_at_their_edge_and_refusals_in_words(tmp_path):
+    """16 bytes is the shortest master secret and the shortest key file;
+    15 are refused by name; a key others may read names its mode."""
+    import os
+
+    import pytest
+
+    from bwcommon.channel import ChannelError, host_key, load_secret
+    assert len(host_key(b"m" * 16, "h1")) == 32
+    with pytest.raises(ChannelError, match="^the master secret must be at least 16 bytes$"):
+        host_key(b"m" * 15, "h1")
+    path = tmp_path / "k"
+    path.write_text((b"k" * 16).hex() + "\n")
+    os.chmod(path, 0o600)
+    assert load_secret(path, private=True) == b"k" * 16
+    path.write_text((b"k" * 15).hex())
+    with pytest.raises(ChannelError, match=rf"^{path}: key too short \(15 bytes, need >= 16\)$"):
+        load_secret(path)
+    path.write_text((b"k" * 16).hex())
+    os.chmod(path, 0o640)
+    with pytest.raises(ChannelError, match=rf"^{path}: mode 640 lets others read or change the key; chmod 600 {path}$"):
+        load_secret(path, private=True)
+
+
+def test_a_replay_state_that_cannot_be_written_is_reported_by_file_and_why(tmp_path):
+    """The guard still refuses replays in memory; what it could not persist
+    is said (the file and the kernel's words), and clears once it can."""
+    from bwcommon.channel import ReplayGuard
+    state = tmp_path / "missing-dir" / "seq"
+    g = ReplayGuard(state_file=state)
+    g.accept(5)
+    assert g.persist_error == f"{state}: No such file or directory" and g.last_seq == 5
+    state.parent.mkdir()
+    g.accept(6)
+    assert g.persist_error is None and state.read_text() == "6"
