@@ -1,6 +1,7 @@
 """LRC's equations and state, against values worked out by hand."""
 
 import math
+import re
 
 import pytest
 from hypothesis import given
@@ -293,3 +294,52 @@ def test_with_uncapped_wc_a_full_link_sits_at_its_equilibrium():
     assert lf.r["L"] == pytest.approx(450)
     lf.update({"L": 500.0}, full_is_equilibrium=True)    # not full: Eq. 27
     assert lf.r["L"] == pytest.approx(450 * math.exp(0.1 * (1 - 500 / 900)))
+
+
+PAIR_GUARANTEE = dict(b_x=6.0, w_y=1.0, sum_w_receivers_of_x=2.0, b_y=9.0, w_x=2.0, sum_w_senders_of_y=3.0)
+NAMES = {"b_x": "B_x", "w_y": "w_y", "sum_w_receivers_of_x": "sum over X^r", "b_y": "B_y", "w_x": "w_x",
+         "sum_w_senders_of_y": "sum over Y^s"}
+
+
+@pytest.mark.parametrize("arg", sorted(PAIR_GUARANTEE))
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
+def test_eq2_refuses_each_bad_term_by_its_name(arg, bad):
+    with pytest.raises(M.LrcError, match=rf"^{re.escape(NAMES[arg])} {re.escape(repr(bad))} must be a "):
+        M.pair_guarantee(**{**PAIR_GUARANTEE, arg: bad})
+
+
+def test_eq2_takes_the_smaller_half_and_zero_guarantees():
+    assert M.pair_guarantee(**PAIR_GUARANTEE) == min(6 * 1 / 2, 9 * 2 / 3) == 3.0
+    assert M.pair_guarantee(**{**PAIR_GUARANTEE, "b_x": 0.0}) == 0.0          # B may be 0, weights may not
+    for arg in ("w_y", "sum_w_receivers_of_x", "w_x", "sum_w_senders_of_y"):
+        with pytest.raises(M.LrcError, match=rf"^{re.escape(NAMES[arg])} 0.0 must be a positive finite number$"):
+            M.pair_guarantee(**{**PAIR_GUARANTEE, arg: 0.0})
+
+
+def test_eq1_refuses_bad_weights_and_counts_by_name():
+    assert M.pair_weight(2.0, 4, 3.0, 1) == 0.5 + 3.0
+    with pytest.raises(M.LrcError, match=r"^w_x -1 must be a positive finite number$"):
+        M.pair_weight(-1, 1, 1.0, 1)
+    with pytest.raises(M.LrcError, match=r"^w_y nan must be a positive finite number$"):
+        M.pair_weight(1.0, 1, math.nan, 1)
+    for nx, ny in ((0, 1), (1, 0), (1.0, 1), (1, 2.0)):
+        with pytest.raises(M.LrcError, match=rf"^\|X\^r\| {nx!r} and \|Y\^s\| {ny!r} must be integers >= 1$"):
+            M.pair_weight(1.0, nx, 1.0, ny)
+
+
+def test_a_report_at_the_edges_of_its_ranges():
+    ok = {"v_mbps": 0.0, "limit_mbps": M.MAX_REPORT_MBPS, "guarantee_mbps": 0, "weight": M.REPORT_WEIGHTS[0],
+          "factor_age_s": 0.0}
+    assert M.report_problems(ok) == []
+    assert M.report_problems({**ok, "weight": M.REPORT_WEIGHTS[1], "factor_age_s": 1e9, "v_mbps": 400_000}) == []
+    assert M.report_problems({"factor_age_s": None}) == [] and M.report_problems({}) == []
+    assert M.report_problems({**ok, "v_mbps": 400_000.5, "weight": 0.0}) == [
+        "v_mbps 400000.5, weight 0.0 out of range"]
+    assert M.report_problems({**ok, "factor_age_s": 1e9 + 1}) == ["factor_age_s 1000000001.0 out of range"]
+    assert M.report_problems({**ok, "factor_age_s": -0.5, "limit_mbps": -1}) == [
+        "limit_mbps -1, factor_age_s -0.5 out of range"]
+    assert M.report_problems([1]) == ["must be an object"]
+
+
+def test_sender_halves_of_no_receivers_is_empty():
+    assert M.sender_halves(5.0, {}) == {} and M.sender_halves(5.0, {"y": 1.0}) == {"y": 5.0}
