@@ -519,3 +519,54 @@ def test_a_nic_queue_is_20_ms_at_its_rate_at_least_150_frames():
     assert P.nic_queue_bytes(90e6) == 225_000
     assert P.nic_queue_bytes(90_000_400) == 225_001          # 20 ms just past 150 frames
     assert P.nic_queue_bytes(1e9) == 2_500_000
+
+
+def test_the_sysctls_a_vm_gets():
+    """Eq. 1 at the NIC rate and the RTT hint (3 x 50 ms x 100 Mb/s / 8 =
+    1,875,000 B) as the receive ceiling and the whole send buffer (BG/WC);
+    a coupled control keeps the kernel's send shape under B; RTO bounds
+    and conntrack accounting only when asked."""
+    S = P.Sysctl
+    assert P.sysctl_plan(_cfg()) == [
+        S("net.mptcp.enabled", "1"), S("net.mptcp.stale_loss_cnt", "4"), S("net.ipv4.tcp_congestion_control", "reno"),
+        S("net.ipv4.tcp_ecn", "1"), S("net.ipv4.tcp_rmem", "4096 1875000 1875000"),
+        S("net.ipv4.tcp_wmem", "1875000 1875000 1875000")]
+    got = P.sysctl_plan(_cfg(mptcp_cc="lia", rto_min_ms=5, rto_max_ms=1000, ecn=False), rcvbuf_bytes=10_000)
+    assert got[3:] == [S("net.ipv4.tcp_ecn", "2"), S("net.ipv4.tcp_rmem", "4096 10000 10000"),
+                       S("net.ipv4.tcp_wmem", "4096 16384 16384"), S("net.ipv4.tcp_rto_min_us", "5000"),
+                       S("net.ipv4.tcp_rto_max_ms", "1000")]
+    assert P.sysctl_plan(_cfg(mptcp_cc="lia"), rcvbuf_bytes=20_000)[5] == S("net.ipv4.tcp_wmem", "4096 16384 20000")
+    lrc = P.sysctl_plan(_cfg(lrc={"peers": {}}))
+    assert lrc[-1] == S("net.netfilter.nf_conntrack_acct", "1") and len(lrc) == 7
+
+
+def test_the_join_endpoints_and_the_marking_table():
+    assert P.mptcp_plan(_cfg(wc_subflows=2)) == [
+        P.MptcpLimits(2, 2), P.MptcpEndpoint(101, "10.0.0.1", "s1-eth0", 10101, "signal"),
+        P.MptcpEndpoint(102, "10.0.0.1", "s1-eth0", 10102, "signal")]
+    t = P.nft_plan(_cfg())
+    assert t.name == "bwfabric" and t.text == (
+        "table ip bwfabric {\n"
+        "  chain pre {\n"
+        "    type filter hook prerouting priority mangle; policy accept;\n"
+        "    tcp flags syn tcp option mptcp subtype 1 ct mark set 0x20\n"
+        "    ct direction original tcp option mptcp subtype 3 drop\n"
+        "  }\n"
+        "  chain out {\n"
+        "    type route hook output priority mangle; policy accept;\n"
+        "    tcp flags syn tcp option mptcp subtype 1 ct mark set 0x20\n"
+        "    ct mark 0x20 ip dscp set cs1\n"
+        "    ct mark != 0x20 ip dscp set cs0\n"
+        "  }\n"
+        "}")
+
+
+def test_leaves_buckets_and_bg_pacing_in_whole_units():
+    assert P._leaf("eth0", "1:1f", 800_000) == P.TcLeaf("eth0", "1:1f", "101f:", 262_144)
+    assert P._leaf("eth0", "1:10", 10**9).limit_bytes == 625_000            # 5 ms at 1 Gb/s
+    b = P._bucket("10.0.0.1", "10.0.0.2", 1.0000001)
+    assert b.rate_Bps == 125_000 and type(b.rate_Bps) is int
+    assert P._bucket("10.0.0.1", None, 0.001).rate_Bps == P.MIN_CLASS_BPS // 8    # at least 8 kb/s
+    pace = P.bpf_plan(_cfg(guarantee_mbps=0.5))[-1]
+    assert pace == P.BpfMapSet("bwf_bgpace", "10.0.0.1", 61_250)             # 0.98 x 0.5 Mb/s in bytes/s
+    assert P.bpf_plan(_cfg(guarantee_mbps=0.5), a_l=2.0)[0] == P.BpfMapSet("bwf_alevel", "10.0.0.1", 2048)
