@@ -503,7 +503,8 @@ def test_a_nic_puts_bg_before_wc_exactly():
 @pytest.mark.parametrize("rate, queue, fraction", [
     (16_000, 100, 0.01),        # the rate is exactly twice the floor
     (10e6, 0, 0.01), (10e6, -1, 0.01),
-    (10e6, 100, 0.0), (10e6, 100, 0.5), (10e6, 100, -0.1)])
+    (10e6, 100, 0.0), (10e6, 100, 0.5), (10e6, 100, -0.1),
+    (10_000_001, 100, 0.5)])    # an odd rate: half of it floored leaves the rate above twice the floor
 def test_a_nic_plan_that_cannot_work_is_refused_by_name(rate, queue, fraction):
     with pytest.raises(P.PlanError, match="eth0: need a rate above twice WC's floor"):
         P.nic_plan("eth0", rate, queue, wc_floor_fraction=fraction)
