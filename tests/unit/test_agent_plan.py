@@ -571,3 +571,46 @@ def test_leaves_buckets_and_bg_pacing_in_whole_units():
     pace = P.bpf_plan(_cfg(guarantee_mbps=0.5))[-1]
     assert pace == P.BpfMapSet("bwf_bgpace", "10.0.0.1", 61_250)             # 0.98 x 0.5 Mb/s in bytes/s
     assert P.bpf_plan(_cfg(guarantee_mbps=0.5), a_l=2.0)[0] == P.BpfMapSet("bwf_alevel", "10.0.0.1", 2048)
+
+
+def test_the_vms_htb_tree_with_the_marker():
+    """demote_bg (the default): young WC first (WC's share), old WC a 1 %
+    floor that borrows, BG's hose at the guarantee borrowing up to the NIC
+    (what reaches it already conforms), each a byte FIFO; unmatched is WC."""
+    C, L, F = P.TcClass, P.TcLeaf, P.TcFilter
+    assert P.tc_plan(_cfg(nic_mbps=10, guarantee_mbps=4)) == [
+        P.TcQdisc("s1-eth0", "1:", "1:20"),
+        C("s1-eth0", "1:1", "1:", 10_000_000, 10_000_000, 0),
+        C("s1-eth0", "1:21", "1:1", 6_000_000, 10_000_000, 1), L("s1-eth0", "1:21", "1021:", 262_144),
+        C("s1-eth0", "1:20", "1:1", 100_000, 10_000_000, 1), L("s1-eth0", "1:20", "1020:", 262_144),
+        C("s1-eth0", "1:10", "1:1", 4_000_000, 10_000_000, 0), L("s1-eth0", "1:10", "1010:", 262_144),
+        F("s1-eth0", 1000, (0x00, 0xfc), "1:10")]
+    # a guarantee near the NIC leaves WC 1 % of it, never less than HTB's 8 kb/s
+    steps = P.tc_plan(_cfg(nic_mbps=0.5, guarantee_mbps=0.5))
+    assert steps[2].rate_bps == 5_000 and steps[4].rate_bps == P.MIN_CLASS_BPS
+
+
+def test_the_vms_htb_tree_without_the_marker_and_with_pairs():
+    """demote_bg off: WC at the NIC less BG; pipe-model pairs get a BG class
+    each in their slot (rate = ceiling, prio 0, a FIFO of 5 ms at the rate),
+    filtered by destination before the hose; LRC's limits size the pairs'
+    FIFOs by the NIC and add a WC ceiling per pair."""
+    C, L, F = P.TcClass, P.TcLeaf, P.TcFilter
+    cfg = _cfg(nic_mbps=100, guarantee_mbps=35, demote_bg=False, pair_limits_mbps={"10.0.0.9": 20, "10.0.0.3": 15})
+    assert P.tc_plan(cfg, slots={"10.0.0.9": 0}) == [
+        P.TcQdisc("s1-eth0", "1:", "1:20"),
+        C("s1-eth0", "1:1", "1:", 100_000_000, 100_000_000, 0),
+        C("s1-eth0", "1:20", "1:1", 65_000_000, 100_000_000, 1), L("s1-eth0", "1:20", "1020:", 262_144),
+        C("s1-eth0", "1:100", "1:1", 20_000_000, 20_000_000, 0), L("s1-eth0", "1:100", "1100:", 262_144),
+        F("s1-eth0", 10, (0x00, 0xfc), "1:100", dst="10.0.0.9"),
+        C("s1-eth0", "1:101", "1:1", 15_000_000, 15_000_000, 0), L("s1-eth0", "1:101", "1101:", 262_144),
+        F("s1-eth0", 11, (0x00, 0xfc), "1:101", dst="10.0.0.3"),
+        C("s1-eth0", "1:10", "1:1", 35_000_000, 35_000_000, 0), L("s1-eth0", "1:10", "1010:", 262_144),
+        F("s1-eth0", 1000, (0x00, 0xfc), "1:10")]
+    lrc = P.tc_plan(_cfg(nic_mbps=1000, guarantee_mbps=35, demote_bg=False),
+                    lrc_limits={"10.0.0.5": P.PairLimit(10.0, 30.0)})
+    assert lrc[4:10] == [
+        C("s1-eth0", "1:100", "1:1", 10_000_000, 10_000_000, 0), L("s1-eth0", "1:100", "1100:", 625_000),
+        F("s1-eth0", 10, (0x00, 0xfc), "1:100", dst="10.0.0.5"),
+        C("s1-eth0", "1:300", "1:1", 30_000_000, 30_000_000, 1), L("s1-eth0", "1:300", "1300:", 625_000),
+        F("s1-eth0", 1100, (0x20, 0xfc), "1:300", dst="10.0.0.5")]
