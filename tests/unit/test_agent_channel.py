@@ -109,3 +109,87 @@ def test_a_replay_state_that_cannot_be_written_is_reported_by_file_and_why(tmp_p
     state.parent.mkdir()
     g.accept(6)
     assert g.persist_error is None and state.read_text() == "6"
+
+
+# ---- the wire format, pinned (a change here is a protocol change: bump channel.VERSION) -------------
+KEY = bytes(range(32))
+
+
+def test_the_wire_format_is_pinned_by_test_vectors():
+    """Keys: HMAC-SHA256(master, "bwfabric agent key " + host), then per
+    direction HMAC-SHA256(key, "bwfabric direction " + c2a|a2c); a message:
+    canonical JSON (sorted keys, no spaces) with its MAC over the same."""
+    from bwcommon import channel as C
+    assert C.host_key(b"m" * 16, "h1").hex() == "3400272d73edca9fef58ed8b3774aca7d76ba6cf089c9c07bb753a927f059eb1"
+    assert C.direction_key(KEY, "a2c").hex() == "e493d12ae9524ae4cea2b50ed34752e8ca1f0b54db88f29379baeaf898aaf0f2"
+    sealed = C.Sender(KEY, "h1", clock=lambda: 1000.5).seal("status", {"b": [1, 2], "a": "x"})
+    assert sealed == (b'{"body":{"a":"x","b":[1,2]},"host":"h1",'
+                      b'"mac":"c85db7caaa4c6df37a3368c9d0d59208c7c901248a9c60885ea1c7e87eb09407",'
+                      b'"seq":1000500000000,"ts":1000.5,"type":"status","v":1}')
+    import pytest
+    with pytest.raises(C.ChannelError, match=r"^direction 'up' must be one of \('c2a', 'a2c'\)$"):
+        C.direction_key(KEY, "up")
+
+
+def test_seqs_are_the_clock_in_ns_and_never_repeat():
+    from bwcommon import channel as C
+    s = C.Sender(KEY, "h1", clock=lambda: 2.5)
+    r = C.Receiver(KEY, "h1", clock=lambda: 2.5)
+    seqs = [r.guard.last_seq for _ in range(3) if r.open(s.seal("x", {}))]
+    assert seqs == [2_500_000_000, 2_500_000_001, 2_500_000_002]
+
+
+def _signed(**fields):
+    """A message signed with the right key whatever its fields hold."""
+    import json
+
+    from bwcommon import channel as C
+    base = {"v": 1, "host": "h1", "seq": 5, "ts": 100.0, "type": "status", "body": {}}
+    f = {**base, **fields}
+    return json.dumps({**f, "mac": C._mac(C.direction_key(KEY, "c2a"), f)}).encode()
+
+
+def test_every_refusal_of_a_message_says_what_is_wrong():
+    import pytest
+
+    from bwcommon import channel as C
+    good = _signed()
+    cases = [
+        (b"[1]", "message must be a JSON object"),
+        (b'{"v": 1}', "message lacks host, seq, ts, type, body, mac"),
+        (good[:-1] + b', "x": 1, "a": 2}', "unknown message fields ['a', 'x']"),
+        (good.replace(b'"mac": "', b'"mac": "0'), "bad MAC: forged, corrupted, or signed with another host's key"),
+        (_signed(v=2), "protocol version 2 not supported (this agent speaks 1)"),
+        (_signed(host="h2"), "message for host 'h2', this is 'h1'"),
+        (_signed(seq=0), "seq must be an integer in 1..2^63-1"),
+        (_signed(seq=True), "seq must be an integer in 1..2^63-1"),
+        (_signed(type=1), "type must be a string and body an object"),
+        (_signed(ts=60.0), "stale or future message: clock skew 40.0 s > 30 s"),
+        (_signed(seq=131 * 10**9), "seq 131000000000 is ahead of this clock by more than 30 s"),
+    ]
+    for raw, words in cases:
+        r = C.Receiver(KEY, "h1", clock=lambda: 100.0)
+        with pytest.raises(C.ChannelError) as exc:
+            r.open(raw)
+        assert str(exc.value) == words, raw
+        assert r.guard.last_seq == 0
+    r = C.Receiver(KEY, "h1", clock=lambda: 100.0)
+    assert r.open(_signed(seq=1)) == ("status", {}) and r.guard.last_seq == 1       # 1 is the first seq
+
+
+def test_a_replay_state_at_the_ceiling_stays_and_one_past_is_brought_back(tmp_path, caplog):
+    import logging
+
+    from bwcommon.channel import DEFAULT_MAX_SKEW_S, ReplayGuard
+    state = tmp_path / "seq"
+    ceiling = int((100.0 + DEFAULT_MAX_SKEW_S) * 1e9)
+    state.write_text(str(ceiling))
+    assert ReplayGuard(state_file=state, clock=lambda: 100.0).last_seq == ceiling
+    state.write_text(str(ceiling + 5 * 10**9))
+    with caplog.at_level(logging.WARNING, logger="bwfabric.agent"):
+        g = ReplayGuard(state_file=state, clock=lambda: 100.0)
+    assert g.last_seq == ceiling
+    assert [r.getMessage() for r in caplog.records] == [
+        f"replay state {ceiling + 5 * 10**9} is 5 s ahead of this clock; brought back to now + 30 s"]
+    state.write_text("\n")
+    assert ReplayGuard(state_file=state, clock=lambda: 100.0).last_seq == 0         # an empty file: nothing yet
