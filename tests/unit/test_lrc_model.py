@@ -343,3 +343,27 @@ def test_a_report_at_the_edges_of_its_ranges():
 
 def test_sender_halves_of_no_receivers_is_empty():
     assert M.sender_halves(5.0, {}) == {} and M.sender_halves(5.0, {"y": 1.0}) == {"y": 5.0}
+
+
+def test_factors_refuse_bad_terms_by_name_and_modes_by_list():
+    assert M.initial_factor(9.0, 3.0) == 3.0
+    with pytest.raises(M.LrcError, match=r"^muC 0 must be a positive finite number$"):
+        M.initial_factor(0, 3.0)
+    with pytest.raises(M.LrcError, match=r"^sum of weights nan must be a positive finite number$"):
+        M.initial_factor(9.0, math.nan)
+    assert M.rescaled_factor("none", 2.0, 9.0, 1.0, 4.0, []) == 2.0
+    assert M.rescaled_factor("weights", 2.0, 9.0, 1.0, 4.0, []) == 0.5
+    with pytest.raises(M.LrcError, match=r"^old sum of weights 0 must be a positive finite number$"):
+        M.rescaled_factor("weights", 2.0, 9.0, 0, 4.0, [])
+    with pytest.raises(M.LrcError, match=r"^new sum of weights -1 must be a positive finite number$"):
+        M.rescaled_factor("weights", 2.0, 9.0, 1.0, -1, [])
+    with pytest.raises(M.LrcError, match=r"^rescale 'None': one of none, weights, equilibrium$"):
+        M.rescaled_factor("None", 2.0, 9.0, 1.0, 4.0, [])
+
+
+def test_pair_terms_take_pairs_in_any_order_and_kind():
+    """The pairs' keys may mix kinds (names, tuples): ordered by their text,
+    never compared; the result does not depend on the order given."""
+    vms = {"a": M.Vm(2.0, 1.0), ("b", 1): M.Vm(4.0, 1.0), 3: M.Vm(6.0, 2.0)}
+    pairs = [("a", ("b", 1)), (3, "a"), (("b", 1), 3)]
+    assert M.pair_terms(pairs, vms) == M.pair_terms(list(reversed(pairs)), vms)
