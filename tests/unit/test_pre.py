@@ -130,3 +130,19 @@ def test_rechecks_sort_keys_of_any_kind():
         t.update(key, "e0", "e1", 0, 0.0)
         t.flows[key].needs_recheck = True
     assert t.rechecks() == [("h1", "h2", 6, 1, 2), 10, 2, "x"]
+
+
+def test_a_labelled_flow_knows_its_tors_and_a_bad_size_is_named():
+    t = FlowTable()
+    t.label("f", "e0_0", "e1_0", 10)
+    assert (t.flows["f"].src_tor, t.flows["f"].dst_tor) == ("e0_0", "e1_0")
+    with pytest.raises(ValueError, match=r"^flow g: size -1 must be >= 0$"):
+        t.label("g", "e0_0", "e1_0", -1)
+
+
+def test_a_tor_the_fabric_cannot_reach_has_no_bandwidth():
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    for a in ("a3_0", "a3_1"):
+        view.set_link_state("e3_0", a, False)
+    assert available_bandwidth(view, {}, "e0_0", "e3_0") == 0.0      # the receiver cut off
+    assert available_bandwidth(view, {}, "e3_0", "e0_0") == 0.0      # the sender cut off
