@@ -361,6 +361,7 @@ class Agent:
         self.rates_received = 0
         self.lock = threading.Lock()
         self.stopping = False                # set by shutdown: nothing is put in force after it
+        self.halt = threading.Event()        # set by shutdown: the rounds' loops end
         self._remembered()
 
     # ---- the VMs -------------------------------------------------------------------------------
@@ -661,8 +662,7 @@ class Agent:
         from bwcommon.loops import LoopGuard
 
         guard = self.ese_loops = LoopGuard(log)
-        while True:
-            time.sleep(guard.backoff("ese", period_s, max_s=5.0))
+        while not self.halt.wait(guard.backoff("ese", period_s, max_s=5.0)):
             guard.run("ese", lambda: self._every_vm(guard, "ese", lambda n: self.ese_round(vm=n)))
 
     def lrc_loop(self) -> None:
@@ -671,7 +671,8 @@ class Agent:
         guard = self.lrc_loops = LoopGuard(log)
         while True:
             periods = [v.lrc.policy.params.tau_v_s for v in list(self.vms.values()) if v.lrc is not None]
-            time.sleep(guard.backoff("lrc", min(periods, default=0.5), max_s=5.0))
+            if self.halt.wait(guard.backoff("lrc", min(periods, default=0.5), max_s=5.0)):
+                return
             guard.run("lrc", lambda: self._every_vm(guard, "lrc", lambda n: self.lrc_round(vm=n)))
 
     def buffer_loop(self, period_s: float = 2.0) -> None:
@@ -689,8 +690,8 @@ class Agent:
                 out = subprocess.run(["ss", "-tinH"], capture_output=True, text=True, timeout=5).stdout
             self.refresh_buffer(out, vm=name)
 
-        while True:      # observation must never take the agent down
-            time.sleep(guard.backoff("buffer", period_s, max_s=60.0))
+        # observation must never take the agent down; it ends at shutdown
+        while not self.halt.wait(guard.backoff("buffer", period_s, max_s=60.0)):
             guard.run("buffer", lambda: self._every_vm(guard, "buffer", one))
 
     def serve(self, server: socket.socket, **limits) -> FrameServer:
@@ -705,6 +706,7 @@ class Agent:
         (up to ``wait_s``) for a request or round in progress to finish,
         and none starts after it: an apply racing the teardown would put
         back what it had just removed."""
+        self.halt.set()
         held = self.lock.acquire(timeout=wait_s)
         if not held:
             log.error("an operation still holds the agent after %g s; removing what is in force anyway", wait_s)

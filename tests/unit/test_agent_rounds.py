@@ -1,0 +1,534 @@
+"""The agent's periodic rounds in-process, against a model of the kernel
+(tests.unit.agents_inprocess.KernelModel): LRC's τ_v round (pairs opening
+and closing, the rates-only path, the marker's bucket path, A_l, repairs
+when the kernel is not what the last apply left), Eq. 1's buffer round,
+the rounds' loops (one VM's failure never stops another's, shutdown ends
+them), conntrack's fallbacks, and the daemon's ``main``. The same rounds
+against a real kernel: tests/integration/test_agent_lrc*.py and
+agent_scenarios.lrc_pairs*."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from contextlib import nullcontext
+
+import pytest
+
+from bwcommon.policy import fixed_point
+from hostagent import agent as A
+from hostagent import plan as P
+from hostagent.executor import ExecError
+from hostagent.lrc import Entry, Timeouts
+from tests.unit.agents_inprocess import KernelModel
+
+ME, PEER2, PEER3 = "10.9.0.1", "10.9.0.2", "10.9.0.3"
+PEERS = {PEER2: {"weight": 1.0, "guarantee_mbps": 40}, PEER3: {"weight": 3.0, "guarantee_mbps": 40}}
+UDP = 17
+
+
+def cfg(wc="ceiling", marker=False, mode="combined", lrc=True, **over) -> P.HostConfig:
+    raw = {**dict(host="ns", interface="ag0", address=ME, nic_mbps=100, guarantee_mbps=40, wc_subflows=1,
+                  join_port_base=10100, demote_bg=marker), **over}
+    if lrc:
+        raw["lrc"] = {"mode": mode, "wc": wc, "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
+                      "peers": PEERS}
+    return P.HostConfig.from_dict(raw)
+
+
+def sending(*peers) -> list[Entry]:
+    """Fresh UDP entries from this VM to ``peers`` (no byte counts: active by idle time alone)."""
+    return [Entry(ME, p, UDP, False, False, Timeouts.read().udp) for p in peers]
+
+
+def vm_with(c: P.HostConfig) -> tuple[A.Vm, KernelModel]:
+    ex = KernelModel()
+    vm = A.Vm("ns", ex)
+    vm.put_with_lrc(c)
+    return vm, ex
+
+
+def bps(mbps: float) -> int:
+    """A limit as an HTB class rate (at least MIN_CLASS_BPS)."""
+    return max(int(mbps * 1e6), P.MIN_CLASS_BPS)
+
+
+def pair_classes(ex: KernelModel) -> dict[str, int]:
+    return {k: c.rate_bps for k, c in ex.classes.items() if A._pair_class(k)}
+
+
+# ---- LRC's round ------------------------------------------------------------------------------
+def test_no_round_without_lrc_a_config_or_when_degraded():
+    vm, ex = vm_with(cfg(lrc=False))
+    assert vm.lrc_round(sending(PEER2), now=1.0) == "idle"
+    assert A.Vm("x", KernelModel()).lrc_round(sending(PEER2), now=1.0) == "idle"
+    vm, ex = vm_with(cfg())
+    vm.degraded = "rollback failed"
+    n = len(ex.calls)
+    assert vm.lrc_round(sending(PEER2), now=1.0) == "idle" and len(ex.calls) == n
+
+
+def test_a_pair_opening_applies_the_whole_plan_with_its_classes_and_closing_removes_them():
+    vm, ex = vm_with(cfg())
+    assert pair_classes(ex) == {}
+    t = time.monotonic()
+    assert vm.lrc_round(sending(PEER2), now=t) == "pairs"
+    assert set(vm.lrc_in_force) == {PEER2}
+    # the plan's classes for the pair: its BG class (slot 0) and its WC ceiling, at the limits in force
+    lim = vm.lrc_in_force[PEER2]
+    assert pair_classes(ex) == {f"1:{P.PAIR_CLASS_BASE:x}": bps(lim.bg_mbps),
+                                f"1:{P.WC_PAIR_CLASS_BASE:x}": bps(lim.wc_mbps)}
+    assert ex.slots == {PEER2: 0} and vm.lrc_slots == {PEER2: 0}
+    # nothing sent for longer than pair_idle_s (1 s): the pair closes, its classes go
+    assert vm.lrc_round([], now=t + 1.5) == "pairs"
+    assert vm.lrc_in_force == {} and pair_classes(ex) == {}
+
+
+def test_same_pairs_take_the_rates_only_path_for_the_moved_pairs_classes():
+    vm, ex = vm_with(cfg())
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2, PEER3), now=t)
+    applies = len(ex.made("apply"))
+    before = dict(vm.lrc_in_force)
+    # the controller's factor for .2 only: v of .2 moves, .3's does not
+    vm.lrc.set_terms({PEER2: [60.0, 2.0, 40.0]}, t)
+    assert vm.lrc_round(sending(PEER2, PEER3), now=t + 0.2) == "rates"
+    assert len(ex.made("apply")) == applies                     # no whole apply
+    changed = ex.made("change_rates")[-1]
+    assert changed and all(A._pair_class(c.classid) for c in changed)
+    slot2 = vm.lrc_slots[PEER2]
+    assert {c.classid for c in changed} <= {f"1:{P.PAIR_CLASS_BASE + s:x}" for s in vm.lrc_slots.values()} | \
+        {f"1:{P.WC_PAIR_CLASS_BASE + s:x}" for s in vm.lrc_slots.values()}
+    assert vm.lrc_in_force[PEER2] != before[PEER2]
+    assert ex.classes[f"1:{P.WC_PAIR_CLASS_BASE + slot2:x}"].rate_bps == bps(vm.lrc_in_force[PEER2].wc_mbps)
+    assert ex.made("set_buckets")[-1] == ([], [])               # no marker: no buckets
+    # nothing moved by more than 0.5 %: nothing done at all
+    n = len(ex.calls)
+    vm.lrc_in_force = vm.lrc.limits(t + 0.2)
+    assert vm.lrc_round(sending(PEER2, PEER3), now=t + 0.2) == "idle" and len(ex.calls) == n
+
+
+def test_a_class_not_where_the_apply_left_it_repairs_with_the_whole_plan():
+    vm, ex = vm_with(cfg())
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    vm.lrc.set_terms({PEER2: [60.0, 2.0, 40.0]}, t)
+    del ex.classes[f"1:{P.WC_PAIR_CLASS_BASE:x}"]          # someone removed it behind the agent's back
+    applies = len(ex.made("apply"))
+    assert vm.lrc_round(sending(PEER2), now=t + 0.2) == "pairs"
+    assert vm.lrc_repairs == 1 and len(ex.made("apply")) == applies + 1
+    assert pair_classes(ex)[f"1:{P.WC_PAIR_CLASS_BASE:x}"] == bps(vm.lrc_in_force[PEER2].wc_mbps)
+
+
+def test_a_failed_apply_for_a_new_pair_keeps_the_limits_in_force_and_raises():
+    vm, ex = vm_with(cfg())
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    before = dict(vm.lrc_in_force)
+    ex.fail_next.add("apply")
+    with pytest.raises(ExecError, match="applying the configuration failed"):
+        vm.lrc_round(sending(PEER2, PEER3), now=t + 0.1)
+    assert vm.lrc_in_force == before
+
+
+def test_with_the_marker_pairs_open_and_close_by_their_buckets_alone():
+    vm, ex = vm_with(cfg(wc="competition", marker=True))
+    t = time.monotonic()
+    applies = len(ex.made("apply"))
+    assert vm.lrc_round(sending(PEER2), now=t) == "pairs"
+    assert len(ex.made("apply")) == applies and vm.lrc_pairs_fast == 1
+    buckets, removed = ex.made("set_buckets")[-1]
+    assert [(b.src, b.dst) for b in buckets] == [(ME, PEER2)] and removed == []
+    assert buckets[0].rate_Bps == max(int(vm.lrc_in_force[PEER2].bg_mbps * 1e6), P.MIN_CLASS_BPS) // 8
+    # a second pair: only its bucket is written (the first did not move)
+    assert vm.lrc_round(sending(PEER2, PEER3), now=t + 0.05) == "pairs"
+    buckets, removed = ex.made("set_buckets")[-1]
+    assert PEER3 in {b.dst for b in buckets} and removed == []
+    # idle: the closed pairs' buckets are removed, by (src, dst)
+    assert vm.lrc_round([], now=t + 2.0) == "pairs"
+    buckets, removed = ex.made("set_buckets")[-1]
+    assert buckets == [] and sorted(removed) == [(ME, PEER2), (ME, PEER3)]
+    assert vm.lrc_in_force == {} and vm.lrc_pairs_fast == 3 and len(ex.made("apply")) == applies
+    assert (ME, PEER2) not in ex.buckets and (ME, PEER3) not in ex.buckets
+
+
+def test_a_bucket_that_is_not_there_falls_back_to_the_whole_plan():
+    vm, ex = vm_with(cfg(wc="competition", marker=True))
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    ex.buckets.pop((ME, PEER2))                    # gone behind the agent's back
+    applies = len(ex.made("apply"))
+    assert vm.lrc_round([], now=t + 2.0) == "pairs"
+    assert vm.lrc_repairs == 1 and vm.lrc_pairs_fast == 1 and len(ex.made("apply")) == applies + 1
+    assert vm.lrc_in_force == {}
+
+
+def test_the_marker_with_wc_ceilings_changes_the_htb_tree():
+    """A pair with a WC ceiling of its own has an HTB class: not a bucket alone."""
+    vm, ex = vm_with(cfg(wc="ceiling", marker=True))
+    t = time.monotonic()
+    applies = len(ex.made("apply"))
+    assert vm.lrc_round(sending(PEER2), now=t) == "pairs"
+    assert vm.lrc_pairs_fast == 0 and len(ex.made("apply")) == applies + 1
+    assert f"1:{P.WC_PAIR_CLASS_BASE:x}" in ex.classes and (ME, PEER2) in ex.buckets
+
+
+def test_the_competition_level_is_written_when_it_moves_by_more_than_2_percent():
+    vm, ex = vm_with(cfg(wc="competition", marker=True))
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    written = ex.made("apply_bpf")
+    # a factor above the guarantee: v climbs past B, the excess (A_l) grows round by round
+    vm.lrc.set_terms({PEER2: [90.0, 2.0, 40.0]}, t)
+    for k in range(1, 6):
+        vm.lrc_round(sending(PEER2), now=t + 0.05 * k)
+    a_l = vm.lrc.competition(t + 0.25, vm.config.unit_mbps)
+    steps = ex.made("apply_bpf")
+    assert len(steps) > len(written)
+    last = steps[-1]
+    assert (last.map, last.key_ipv4) == (P.BPF_MAP, ME)
+    assert last.value == fixed_point(vm.lrc_a_l)
+    assert vm.lrc_a_l == pytest.approx(a_l, rel=0.02, abs=0.005)
+    # a move under 2 % is not written, one of 5 % is
+    assert a_l > 0.5
+    n = len(steps)
+    vm.lrc_a_l = a_l * 1.01
+    vm.lrc_in_force = vm.lrc.limits(t + 0.25)
+    assert vm.lrc_round(sending(PEER2), now=t + 0.25) == "idle"
+    assert len(ex.made("apply_bpf")) == n
+    vm.lrc_a_l = a_l * 1.05
+    assert vm.lrc_round(sending(PEER2), now=t + 0.25) == "competition"
+    assert len(ex.made("apply_bpf")) == n + 1 and vm.lrc_a_l == pytest.approx(a_l)
+
+
+def test_the_competition_level_alone_moving_is_reported():
+    vm, ex = vm_with(cfg(wc="competition", marker=True))
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    vm.lrc_in_force = vm.lrc.limits(t)
+    vm.lrc_a_l = 50.0                                   # far from what LRC computes
+    assert vm.lrc_round(sending(PEER2), now=t) == "competition"
+    assert ex.made("apply_bpf")[-1].value == fixed_point(vm.lrc_a_l) and vm.lrc_a_l != 50.0
+
+
+def test_close_is_half_a_percent_relative_and_none_only_equals_none():
+    L = P.PairLimit
+    assert A._close(L(10.0, 5.0), L(10.05, 5.0))
+    assert not A._close(L(10.0, 5.0), L(10.06, 5.0))
+    assert A._close(L(10.0, 5.0), L(10.0, 5.025)) and not A._close(L(10.0, 5.0), L(10.0, 5.03))
+    assert A._close(L(10.0, None), L(10.0, None))
+    assert not A._close(L(10.0, None), L(10.0, 5.0)) and not A._close(L(10.0, 5.0), L(10.0, None))
+    assert A._close(L(0.0), L(0.000005)) and not A._close(L(0.0), L(0.00001))
+    assert A._close(L(-10.0), L(-10.04)) and not A._close(L(-10.0), L(-10.06))
+    assert A._close(L(10.0), L(10.0), rel=0.0) and not A._close(L(10.0), L(10.01), rel=0.0005)
+
+
+def test_pair_classes_are_the_pair_slots_bg_and_wc_only():
+    assert A._pair_class(f"1:{P.PAIR_CLASS_BASE:x}") and A._pair_class(f"1:{P.PAIR_CLASS_BASE + 511:x}")
+    assert A._pair_class(f"1:{P.WC_PAIR_CLASS_BASE:x}") and A._pair_class(f"1:{P.WC_PAIR_CLASS_BASE + 511:x}")
+    assert not A._pair_class(P.CLASS_BG) and not A._pair_class(P.CLASS_WC) and not A._pair_class(P.CLASS_ROOT)
+    assert not A._pair_class(f"1:{P.PAIR_CLASS_BASE - 1:x}") and not A._pair_class(f"1:{P.WC_PAIR_CLASS_BASE + 512:x}")
+
+
+def test_pair_limits_survive_a_reconfiguration_that_keeps_lrc():
+    vm, ex = vm_with(cfg())
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    lrc = vm.lrc
+    vm.put_with_lrc(cfg(guarantee_mbps=30))
+    assert vm.lrc is lrc and set(vm.lrc_in_force) == {PEER2}
+    vm.put_with_lrc(cfg(lrc=False))
+    assert vm.lrc is None and vm.lrc_in_force == {} and vm.lrc_a_l is None
+    ex.fail_next.add("apply")
+    with pytest.raises(ExecError):
+        vm.put_with_lrc(cfg())
+    assert vm.lrc is None and vm.lrc_in_force == {}
+
+
+# ---- conntrack ------------------------------------------------------------------------------
+class FakeTable:
+    """hostagent.conntrack.VmConntrack's surface; ``fail`` raises on open or on a dump."""
+    opened: list = []
+
+    def __init__(self, address, fail_open=False, fail_dump=False):
+        if fail_open:
+            raise OSError("netlink: Operation not supported")
+        self.address, self.fail_dump, self.closed = address, fail_dump, False
+        FakeTable.opened.append(self)
+
+    def entries(self):
+        if self.fail_dump:
+            raise OSError("netlink dump interrupted")
+        return [Entry(self.address, PEER2, UDP, False, False, 30)]
+
+    def close(self):
+        self.closed = True
+
+
+def test_conntrack_by_netlink_then_the_whole_table_when_netlink_fails(monkeypatch):
+    import hostagent.conntrack as C
+    import hostagent.lrc as L
+    FakeTable.opened = []
+    whole = [Entry(ME, PEER3, UDP, False, False, 30), Entry("10.9.0.7", "10.9.0.8", UDP, False, False, 30),
+             Entry(PEER2, ME, UDP, False, False, 30)]
+    monkeypatch.setattr(L, "read_conntrack", lambda: list(whole))
+    vm = A.Vm("ns", KernelModel())
+    monkeypatch.setattr(C, "VmConntrack", FakeTable)
+    assert [e.daddr for e in vm._conntrack(ME)] == [PEER2]
+    first = vm.conntrack
+    assert vm._conntrack(ME) and vm.conntrack is first and len(FakeTable.opened) == 1   # kept open
+    # the address changed: the old one closed, a new one opened
+    vm._conntrack("10.9.0.5")
+    assert first.closed and vm.conntrack.address == "10.9.0.5" and len(FakeTable.opened) == 2
+    # a dump that fails: this round from the whole table (this VM's entries only), reopened next round
+    vm.conntrack.fail_dump = True
+    failing = vm.conntrack
+    assert vm._conntrack("10.9.0.5") == [] and failing.closed and vm.conntrack is None
+    assert [(e.saddr, e.daddr) for e in vm._conntrack(ME)] == [(ME, PEER2)]
+    assert vm.conntrack is not None and not vm.conntrack_failed
+
+
+def test_conntrack_without_netlink_filtering_reads_the_whole_table_and_does_not_retry(monkeypatch):
+    import hostagent.conntrack as C
+    import hostagent.lrc as L
+    tried = []
+    whole = [Entry(ME, PEER3, UDP, False, False, 30), Entry("10.9.0.7", "10.9.0.8", UDP, False, False, 30),
+             Entry(PEER2, ME, UDP, False, False, 30)]
+
+    def unavailable(address):
+        tried.append(address)
+        raise OSError("kernel before 5.8")
+    monkeypatch.setattr(C, "VmConntrack", unavailable)
+    monkeypatch.setattr(L, "read_conntrack", lambda: list(whole))
+    vm = A.Vm("ns", KernelModel())
+    assert [(e.saddr, e.daddr) for e in vm._conntrack(ME)] == [(ME, PEER3), (PEER2, ME)]
+    assert vm.conntrack_failed and vm.conntrack is None
+    vm._conntrack(ME)
+    assert tried == [ME]                               # not tried again
+    # a round without entries given reads them itself
+    vm.put_with_lrc(cfg())
+    assert vm.lrc_round(now=time.monotonic()) == "pairs" and set(vm.lrc_in_force) == {PEER2, PEER3}
+
+
+def test_removing_a_vm_closes_its_conntrack(monkeypatch):
+    import hostagent.conntrack as C
+    monkeypatch.setattr(C, "VmConntrack", FakeTable)
+    vm, ex = vm_with(cfg())
+    vm._conntrack(ME)
+    table = vm.conntrack
+    vm.remove()
+    assert table.closed and vm.conntrack is None and vm.lrc is None and vm.config is None
+
+
+# ---- Eq. 1's buffer --------------------------------------------------------------------------
+SS = ("ESTAB 0 0 10.9.0.1:5001 10.9.0.2:40000\n\t cubic wscale:7,7 rto:300 rtt:{rtt}/2 mss:1448 "
+      "cwnd:10 bytes_acked:1000 send 100Mbps tcp-ulp-mptcp flags:Jec\n")
+
+
+def test_the_buffer_round_reapplies_when_eq1_moves_and_not_without_a_config():
+    assert A.Vm("x", KernelModel()).refresh_buffer(SS.format(rtt=80.0), now=1.0) is False
+    vm, ex = vm_with(cfg(lrc=False))
+    applies = len(ex.made("apply"))
+    assert vm.refresh_buffer(SS.format(rtt=400.0), now=1.0) is True
+    assert vm.rcvbuf is not None and len(ex.made("apply")) == applies + 1
+    assert vm.rcvbuf == pytest.approx(vm.config.beta * 0.4 * 100e6 / 8, rel=0.05)
+    first = vm.rcvbuf
+    sysctls = {s.key: s.value for s in ex.made("apply")[-1].of(P.Sysctl)}
+    assert str(first) in " ".join(str(v) for v in sysctls.values())
+    # the same RTT: within 20 %, nothing re-applied
+    assert vm.refresh_buffer(SS.format(rtt=400.0), now=2.0) is False and len(ex.made("apply")) == applies + 1
+
+
+# ---- the agent's rounds, per VM --------------------------------------------------------------
+def host(tmp_path, *names):
+    """An agent with VMs ``names`` in namespaces of their own, each on a KernelModel."""
+    models = {}
+
+    def factory(name, ns):
+        return models.setdefault(name, KernelModel())
+    a = A.Agent("srv", b"k" * 32, tmp_path / "state", executor=KernelModel(), executor_factory=factory,
+                enter=lambda ns: nullcontext())
+    for k, name in enumerate(names):
+        c = P.HostConfig.from_dict({"host": "srv", "vm_id": name, "netns": f"ns-{name}", "nic": "eth9",
+                                    "interface": "eth0", "address": f"10.9.0.{k + 1}", "nic_mbps": 100,
+                                    "guarantee_mbps": 10, "wc_subflows": 1, "join_port_base": 10100,
+                                    "lrc": {"mode": "combined", "wc": "ceiling", "weight": 1.0,
+                                            "params": {"tau_v_s": 0.01, "pair_idle_s": 1.0},
+                                            "peers": {"10.9.0.99": {"weight": 1.0, "guarantee_mbps": 1}}}})
+        a._vm(c).put_with_lrc(c)
+    return a, models
+
+
+def test_rounds_name_their_vm_and_stop_when_the_agent_stops(tmp_path):
+    a, models = host(tmp_path, "a", "b")
+    t = time.monotonic()
+    seen = []
+    a.vms["a"].lrc_round = lambda entries, now: seen.append(("a", entries, now)) or "rates"
+    assert a.lrc_round([1], t, vm="a") == "rates" and seen == [("a", [1], t)]
+    assert a.lrc_round(vm="nobody") == "idle"
+    assert a.lrc_round() == "idle"                     # two VMs: none named, none chosen
+    a.vms["b"].refresh_buffer = lambda text, now: True
+    assert a.refresh_buffer("x", vm="b") is True and a.refresh_buffer("x", vm="a") is False
+    a.stopping = True
+    assert a.lrc_round([1], t, vm="a") == "idle" and len(seen) == 1
+
+
+def test_the_ese_round_runs_only_for_mptcp_d(tmp_path, monkeypatch):
+    import hostagent.ese as E
+    made = []
+
+    class Closer:
+        def __init__(self, addresses):
+            made.append(addresses)
+            self.closed, self.failed, self.result = [], 0, True
+
+        def round(self):
+            return self.result
+    monkeypatch.setattr(E, "EseCloser", Closer)
+    a, models = host(tmp_path, "a")
+    assert a.ese_round() == "idle" and made == []                 # bgwc: no ESE
+    vm = a.vms["a"]
+    vm.config = vm.config.model_copy(update={"mptcp_cc": "mptcp_d"})
+    assert a.ese_round() == "closed" and made == [["10.9.0.1"]]
+    vm.ese.result = False
+    assert a.ese_round(vm="a") == "idle" and len(made) == 1         # one closer per address
+    vm.config = vm.config.model_copy(update={"address": "10.9.0.7"})
+    a.ese_round()
+    assert made[-1] == ["10.9.0.7"] and vm.ese_address == "10.9.0.7"
+    assert a.status()["vms"]["a"]["ese"]["closed"] == 0
+
+
+def run_loop(loop, until, timeout=10.0):
+    """Run ``loop`` in a thread until ``until()`` holds (or ``timeout``)."""
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    deadline = time.monotonic() + timeout
+    while not until() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return th
+
+
+def test_the_lrc_loop_survives_one_vms_failing_rounds_and_ends_at_shutdown(tmp_path, caplog):
+    a, models = host(tmp_path, "a", "b")
+    rounds = {"a": 0, "b": 0}
+
+    def boom(entries, now):
+        rounds["a"] += 1
+        raise RuntimeError("conntrack went away")
+
+    def fine(entries, now):
+        rounds["b"] += 1
+        return "idle"
+    a.vms["a"].lrc_round, a.vms["b"].lrc_round = boom, fine
+    with caplog.at_level(logging.ERROR, logger="bwfabric.agent"):
+        th = run_loop(a.lrc_loop, lambda: rounds["a"] >= 3 and rounds["b"] >= 3)
+        assert rounds["a"] >= 3 and rounds["b"] >= 3
+        stats = a.lrc_loops.as_dict()
+        assert stats["lrc a"]["errors"] >= 3 and "conntrack went away" in stats["lrc a"]["last_error"]
+        assert stats["lrc b"]["errors"] == 0 and stats["lrc"]["errors"] == 0
+        a.shutdown()
+        th.join(5)
+    assert not th.is_alive()
+    assert "lrc a: round" in caplog.text
+
+
+def test_the_lrc_loop_sleeps_the_shortest_tau_v(tmp_path):
+    a, models = host(tmp_path, "a")
+    stamps = []
+    a.vms["a"].lrc_round = lambda entries, now: stamps.append(time.monotonic()) or "idle"
+    th = run_loop(a.lrc_loop, lambda: len(stamps) >= 20)
+    a.shutdown()
+    th.join(5)
+    assert len(stamps) >= 20 and not th.is_alive()
+    # τ_v = 10 ms: 20 rounds within a second (the 0.5 s default would take 10 s)
+    assert stamps[19] - stamps[0] < 5.0
+
+
+def test_the_ese_and_buffer_loops_go_on_past_a_failing_round_and_end_at_shutdown(tmp_path):
+    a, models = host(tmp_path, "a", "b")
+    calls = {"ese": 0, "buffer": 0}
+
+    def ese(vm=None):
+        calls["ese"] += 1
+        raise OSError("bpf map gone")
+    a.ese_round = ese
+    th = run_loop(lambda: a.ese_loop(period_s=0.005), lambda: calls["ese"] >= 4)
+    assert a.ese_loops.as_dict()["ese a"]["errors"] >= 2 and a.ese_loops.as_dict()["ese b"]["errors"] >= 1
+    texts = []
+
+    def refresh(text, now=None, vm=None):
+        calls["buffer"] += 1
+        texts.append((vm, text))
+        if vm == "a":
+            raise ValueError("unparsable")
+        return False
+    a.refresh_buffer = refresh
+    tb = run_loop(lambda: a.buffer_loop(period_s=0.005), lambda: calls["buffer"] >= 4)
+    a.shutdown()
+    th.join(5)
+    tb.join(5)
+    assert not th.is_alive() and not tb.is_alive()
+    assert {vm for vm, _ in texts} == {"a", "b"} and all(isinstance(t, str) for _, t in texts)
+    assert a.loops.as_dict()["buffer a"]["errors"] >= 1 and a.loops.as_dict()["buffer b"]["errors"] == 0
+
+
+def test_the_buffer_loop_skips_vms_without_a_configuration(tmp_path):
+    a, models = host(tmp_path, "a", "b")
+    a.vms["a"].config = None
+    got = []
+    a.refresh_buffer = lambda text, now=None, vm=None: got.append(vm)
+    th = run_loop(lambda: a.buffer_loop(period_s=0.005), lambda: len(got) >= 3)
+    a.shutdown()
+    th.join(5)
+    assert got and set(got) == {"b"}
+
+
+# ---- the daemon ------------------------------------------------------------------------------
+def test_main_refuses_a_missing_key_by_name(tmp_path, capsys):
+    assert A.main("h", str(tmp_path / "nokey"), f"unix:{tmp_path}/a.sock", str(tmp_path / "st")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bwfabric agent:") and "nokey" in err
+
+
+def test_main_serves_status_and_leaves_on_sigterm(tmp_path):
+    from bwcommon.channel import Receiver, ReplayGuard, Sender, host_key
+    from bwcommon.transport import recv_frame, send_frame
+    master = bytes(range(32))
+    key = host_key(master, "h")
+    keyfile = tmp_path / "h.key"
+    keyfile.write_bytes(key.hex().encode() + b"\n")
+    keyfile.chmod(0o600)
+    sock_path = tmp_path / "a.sock"
+    replies = []
+
+    def client():
+        deadline = time.monotonic() + 10
+        while not sock_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(sock_path))
+            send_frame(s, Sender(key, "h", direction="c2a").seal("status", {}))
+            rx = Receiver(key, "h", ReplayGuard(None), direction="a2c")
+            replies.append(rx.open(recv_frame(s)))
+            s.close()
+        finally:        # only once main's handler is in place (the default one would end pytest)
+            while signal.getsignal(signal.SIGTERM) is old[0] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            os.kill(os.getpid(), signal.SIGTERM)
+    old = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    th = threading.Thread(target=client)
+    th.start()
+    try:
+        rc = A.main("h", str(keyfile), f"unix:{sock_path}", str(tmp_path / "st"))
+    finally:
+        signal.signal(signal.SIGTERM, old[0])
+        signal.signal(signal.SIGINT, old[1])
+        th.join(5)
+    assert rc == 0
+    assert replies and replies[0][0] == "reply" and replies[0][1]["ok"] is True and replies[0][1]["host"] == "h"
+    assert not sock_path.exists()                    # the socket file is removed on the way out
