@@ -2,7 +2,9 @@
 hostile clients (issue #31): many threads changing one tenant while SIGHUP
 reloads storm lose or resurrect nothing; partial requests and huge chunked
 bodies neither hold threads nor memory; ports that cannot be bound make
-the process exit naming them."""
+the process exit naming them. Integration tests: each starts the real
+controller process (the racing-writers storm alone runs 30 s), which is
+not what the unit suite's quick loop is for."""
 
 import http.client
 import os
