@@ -184,7 +184,10 @@ def cmd_config_reference(args) -> int:
 
 
 def cmd_agent(args) -> int:
+    import logging
+
     from hostagent import agent
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent[{args.host}] %(levelname)s %(message)s")
     return agent.main(args.host, args.key_file, args.listen, args.state_dir, load_cc=args.load_cc,
                       bpf_dir=args.bpf_dir)
 

@@ -47,6 +47,7 @@ agent keeps what is in force. SIGTERM removes everything it put in place.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -59,6 +60,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bwcommon.channel import ChannelError, ReplayGuard, Receiver, Sender
+from bwcommon.loops import LoopGuard
 from hostagent.executor import ExecError, Executor
 from hostagent.observe import BufferSizer
 from hostagent.plan import HostConfig, PlanError, host_plan
@@ -362,6 +364,8 @@ class Agent:
         self.lock = threading.Lock()
         self.stopping = False                # set by shutdown: nothing is put in force after it
         self.halt = threading.Event()        # set by shutdown: the rounds' loops end
+        # the rounds' failures, per loop and VM ("lrc NAME"; bwcommon.loops)
+        self.lrc_loops, self.ese_loops, self.buffer_loops = LoopGuard(log), LoopGuard(log), LoopGuard(log)
         self._remembered()
 
     # ---- the VMs -------------------------------------------------------------------------------
@@ -589,14 +593,12 @@ class Agent:
         """What is true of the kernel now: per VM, the configuration this
         agent holds and where the kernel differs from it (read back). With
         one VM its fields are also at the top (a host that is its own VM)."""
-        lrc_loops = getattr(self, "lrc_loops", None)
-        ese_loops = getattr(self, "ese_loops", None)
+        lrc_loops, ese_loops = self.lrc_loops.as_dict(), self.ese_loops.as_dict()
         vms = {}
         for name, vm in sorted(self.vms.items()):
             try:
                 with self.inside(vm.netns):
-                    vms[name] = vm.status(lrc_loops and lrc_loops.as_dict().get(f"lrc {name}"),
-                                          ese_loops and ese_loops.as_dict().get(f"ese {name}"))
+                    vms[name] = vm.status(lrc_loops.get(f"lrc {name}"), ese_loops.get(f"ese {name}"))
             except OSError as exc:            # e.g. its namespace is gone: said, the others still answered
                 vms[name] = {"netns": vm.netns, "config": None, "in_force": False, "differences": [str(exc)],
                              "degraded": None, "rcvbuf_bytes": vm.rcvbuf, "class_bytes": {}, "lrc": None, "ese": None}
@@ -652,47 +654,37 @@ class Agent:
             return "closed" if v.ese_closer(cfg).round() else "idle"
         return self._each(vm, one)
 
-    def _every_vm(self, guard, kind: str, fn) -> None:
-        """``fn(name)`` for every VM, each guarded on its own: one VM's
-        failure is logged and counted, the others go on."""
-        for name in sorted(self.vms):
-            guard.run(f"{kind} {name}", lambda n=name: fn(n))
+    def _rounds(self, guard, kind: str, period_s, fn) -> None:
+        """Until shutdown, every ``period_s()`` seconds: ``fn(name)`` for
+        every VM, each guarded on its own (one VM's failing round is
+        logged and counted under "KIND NAME", the others go on)."""
+        while not self.halt.wait(period_s()):
+            for name in sorted(list(self.vms)):
+                guard.run(f"{kind} {name}", lambda n=name: fn(n))
 
     def ese_loop(self, period_s: float = 0.05) -> None:
-        from bwcommon.loops import LoopGuard
-
-        guard = self.ese_loops = LoopGuard(log)
-        while not self.halt.wait(guard.backoff("ese", period_s, max_s=5.0)):
-            guard.run("ese", lambda: self._every_vm(guard, "ese", lambda n: self.ese_round(vm=n)))
+        self._rounds(self.ese_loops, "ese", lambda: period_s, lambda n: self.ese_round(vm=n))
 
     def lrc_loop(self) -> None:
-        from bwcommon.loops import LoopGuard
-
-        guard = self.lrc_loops = LoopGuard(log)
-        while True:
-            periods = [v.lrc.policy.params.tau_v_s for v in list(self.vms.values()) if v.lrc is not None]
-            if self.halt.wait(guard.backoff("lrc", min(periods, default=0.5), max_s=5.0)):
-                return
-            guard.run("lrc", lambda: self._every_vm(guard, "lrc", lambda n: self.lrc_round(vm=n)))
+        """τ_v rounds at the shortest τ_v among the VMs running LRC (0.5 s without any)."""
+        def period() -> float:
+            return min((v.lrc.policy.params.tau_v_s for v in list(self.vms.values()) if v.lrc is not None),
+                       default=0.5)
+        self._rounds(self.lrc_loops, "lrc", period, lambda n: self.lrc_round(vm=n))
 
     def buffer_loop(self, period_s: float = 2.0) -> None:
         import subprocess
-
-        from bwcommon.loops import LoopGuard
-
-        guard = self.loops = LoopGuard(log)
 
         def one(name: str) -> None:
             vm = self.vms.get(name)
             if vm is None or vm.config is None:
                 return
             with self.inside(vm.netns):        # ss sees the namespace it runs in
-                out = subprocess.run(["ss", "-tinH"], capture_output=True, text=True, timeout=5).stdout
+                # (not mutated: ss's arguments and timeout -- the unit tests' namespace has no MPTCP
+                # subflows, so its output reads alike either way; tests/integration reads real ones)
+                out = subprocess.run(["ss", "-tinH"], capture_output=True, text=True, timeout=5).stdout  # pragma: no mutate
             self.refresh_buffer(out, vm=name)
-
-        # observation must never take the agent down; it ends at shutdown
-        while not self.halt.wait(guard.backoff("buffer", period_s, max_s=60.0)):
-            guard.run("buffer", lambda: self._every_vm(guard, "buffer", one))
+        self._rounds(self.buffer_loops, "buffer", lambda: period_s, one)
 
     def serve(self, server: socket.socket, **limits) -> FrameServer:
         """Serve the channel on ``server`` (see :mod:`bwcommon.transport`
@@ -835,40 +827,52 @@ def _write_int(path: Path, value: int) -> None:
 WAKE_S = 0.2        # the main thread's longest sleep: how soon a signal's handler runs
 
 
-def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc: bool = False,
-         bpf_dir: str | None = None) -> int:
+def open_agent(host: str, key_file: str, listen_address: str, state_dir: str,
+               bpf_dir: str | None = None) -> tuple[Agent, socket.socket]:
+    """The daemon's agent (its executor's state in ``state_dir``, BPF maps
+    pinned under ``bpf_dir``) and its listening socket. Raises what is
+    wrong by name (OSError, ValueError, ChannelError, ExecError)."""
     from bwcommon.channel import load_secret
 
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent[{host}] %(levelname)s %(message)s")
+    key = load_secret(key_file, private=True)
+    executor = Executor(state_file=Path(state_dir) / "executor.json",
+                        **({"bpf_pin_dir": Path(bpf_dir)} if bpf_dir else {}))
+    return Agent(host, key, Path(state_dir), executor=executor), listen(listen_address)
+
+
+def main(host: str, key_file: str, listen_address: str, state_dir: str, load_cc: bool = False,
+         bpf_dir: str | None = None) -> int:
+    """``bwfabric agent``: 2 if it cannot start (said on stderr), else :func:`run`'s."""
     try:
-        key = load_secret(key_file, private=True)
-        executor = Executor(state_file=Path(state_dir) / "executor.json",
-                            **({"bpf_pin_dir": Path(bpf_dir)} if bpf_dir else {}))
-        agent = Agent(host, key, Path(state_dir), executor=executor)
-        server = listen(listen_address)
+        agent, server = open_agent(host, key_file, listen_address, state_dir, bpf_dir)
     except (OSError, ValueError, ChannelError, ExecError) as exc:
         print(f"bwfabric agent: {exc}", file=sys.stderr)
         return 2
     if load_cc:
         from hostagent import cc
         log.info("BPF side: %s", json.dumps(cc.load()))
+    return run(agent, server, listen_address)
+
+
+def run(agent: Agent, server: socket.socket, listen_address: str) -> int:
+    """Serve the channel and run the rounds (daemon threads) until SIGTERM
+    or SIGINT; then close the channel, remove the socket file and
+    everything the agent put in force. 0, or 1 if removing failed."""
     done = threading.Event()
 
     def stop(*_):
         done.set()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    threading.Thread(target=agent.serve, args=(server,), daemon=True).start()
-    threading.Thread(target=agent.buffer_loop, daemon=True).start()
-    threading.Thread(target=agent.lrc_loop, daemon=True).start()
-    threading.Thread(target=agent.ese_loop, daemon=True).start()
+    for loop in (functools.partial(agent.serve, server), agent.buffer_loop, agent.lrc_loop, agent.ese_loop):
+        threading.Thread(target=loop, name=f"agent {getattr(loop, 'func', loop).__name__}", daemon=True).start()
     log.info("listening on %s", listen_address)
     # Not done.wait(): a process's signal goes to any of its threads, and
     # Python runs the handler only when the main thread next runs bytecode --
     # which a wait without a timeout never does when the signal landed on a
     # worker (the agent then outlived SIGTERM: issue #32, 2 of 9 agents in one
     # main job). The timeout lets it run within WAKE_S.
-    while not done.wait(WAKE_S):
+    while not done.wait(WAKE_S):  # pragma: no mutate -- which thread a signal lands on is the kernel's choice
         pass
     log.info("shutting down: removing what this agent put in force")
     if getattr(agent, "server", None) is not None:

@@ -64,6 +64,8 @@ class KernelModel(RecordingExecutor):
         self.bpf: dict = {}          # (map, key) -> value
         self.calls: list = []        # (method, argument) in order
         self.fail_next: set = set()
+        self.in_force = None         # the last plan applied (differences() compares against it)
+        self.leftovers: list = []    # what clean_differences reports after a teardown
 
     def _failing(self, name: str) -> None:
         from hostagent.executor import ExecError
@@ -80,9 +82,25 @@ class KernelModel(RecordingExecutor):
                       if f.dst is not None and f.pref < PAIR_PREF_BASE + 512}
         self.buckets = {(b.src, b.dst): b for b in plan.of(BgBucket)}
         self.bpf.update({(s.map, s.key_ipv4): s.value for s in plan.of(BpfMapSet)})
+        self.in_force = plan
         return super().apply(plan)
 
+    def differences(self, plan) -> list[str]:
+        """The steps of ``plan`` that the last apply did not put in force."""
+        have = set(self.in_force.steps) if self.in_force is not None else set()
+        return [f"missing {s}" for s in plan.steps if s not in have]
+
+    def teardown(self) -> None:
+        self.calls.append(("teardown", None))
+        self._failing("teardown")
+        self.in_force, self.classes, self.slots, self.buckets = None, {}, {}, {}
+        super().teardown()
+
+    def clean_differences(self) -> list[str]:
+        return list(self.leftovers)
+
     def pair_slots(self, dev: str) -> dict:
+        self.calls.append(("pair_slots", dev))
         return dict(self.slots)
 
     def change_rates(self, classes) -> int:

@@ -9,6 +9,7 @@ agent_scenarios.lrc_pairs*."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -326,7 +327,7 @@ def test_removing_a_vm_closes_its_conntrack(monkeypatch):
 
 # ---- Eq. 1's buffer --------------------------------------------------------------------------
 SS = ("ESTAB 0 0 10.9.0.1:5001 10.9.0.2:40000\n\t cubic wscale:7,7 rto:300 rtt:{rtt}/2 mss:1448 "
-      "cwnd:10 bytes_acked:1000 send 100Mbps tcp-ulp-mptcp flags:Jec\n")
+      "cwnd:10 bytes_acked:1000 delivery_rate 25000000bps tcp-ulp-mptcp flags:Jec\n")
 
 
 def test_the_buffer_round_reapplies_when_eq1_moves_and_not_without_a_config():
@@ -429,7 +430,9 @@ def test_the_lrc_loop_survives_one_vms_failing_rounds_and_ends_at_shutdown(tmp_p
         assert rounds["a"] >= 3 and rounds["b"] >= 3
         stats = a.lrc_loops.as_dict()
         assert stats["lrc a"]["errors"] >= 3 and "conntrack went away" in stats["lrc a"]["last_error"]
-        assert stats["lrc b"]["errors"] == 0 and stats["lrc"]["errors"] == 0
+        assert stats["lrc b"]["errors"] == 0 and set(stats) == {"lrc a", "lrc b"}
+        # status shows each VM's loop
+        assert a.status()["vms"]["a"]["lrc"]["loop"]["errors"] >= 3
         a.shutdown()
         th.join(5)
     assert not th.is_alive()
@@ -473,7 +476,7 @@ def test_the_ese_and_buffer_loops_go_on_past_a_failing_round_and_end_at_shutdown
     tb.join(5)
     assert not th.is_alive() and not tb.is_alive()
     assert {vm for vm, _ in texts} == {"a", "b"} and all(isinstance(t, str) for _, t in texts)
-    assert a.loops.as_dict()["buffer a"]["errors"] >= 1 and a.loops.as_dict()["buffer b"]["errors"] == 0
+    assert a.buffer_loops.as_dict()["buffer a"]["errors"] >= 1 and a.buffer_loops.as_dict()["buffer b"]["errors"] == 0
 
 
 def test_the_buffer_loop_skips_vms_without_a_configuration(tmp_path):
@@ -494,37 +497,83 @@ def test_main_refuses_a_missing_key_by_name(tmp_path, capsys):
     assert err.startswith("bwfabric agent:") and "nokey" in err
 
 
-def test_main_serves_status_and_leaves_on_sigterm(tmp_path):
-    from bwcommon.channel import Receiver, ReplayGuard, Sender, host_key
-    from bwcommon.transport import recv_frame, send_frame
-    master = bytes(range(32))
-    key = host_key(master, "h")
+def _keyfile(tmp_path, mode=0o600):
+    from bwcommon.channel import host_key
+    key = host_key(bytes(range(32)), "h")
     keyfile = tmp_path / "h.key"
     keyfile.write_bytes(key.hex().encode() + b"\n")
-    keyfile.chmod(0o600)
-    sock_path = tmp_path / "a.sock"
+    keyfile.chmod(mode)
+    return key, keyfile
+
+
+def test_main_refuses_a_key_others_may_read(tmp_path, capsys):
+    key, keyfile = _keyfile(tmp_path, 0o644)
+    assert A.main("h", str(keyfile), f"unix:{tmp_path}/a.sock", str(tmp_path / "st")) == 2
+    assert "chmod 600" in capsys.readouterr().err and not (tmp_path / "a.sock").exists()
+
+
+def test_open_agent_keeps_the_executors_state_in_the_state_dir_and_its_maps_where_told(tmp_path):
+    from hostagent.executor import Executor
+    key, keyfile = _keyfile(tmp_path)
+    agent, server = A.open_agent("h", str(keyfile), f"unix:{tmp_path}/a.sock", str(tmp_path / "st"),
+                                 bpf_dir=str(tmp_path / "bpffs"))
+    try:
+        assert isinstance(agent.executor, Executor) and agent.host == "h"
+        assert agent.executor.state_file == tmp_path / "st" / "executor.json"
+        assert agent.executor.bpf_pin_dir == tmp_path / "bpffs"
+        assert agent.tx.key == key
+        assert (tmp_path / "a.sock").exists()
+    finally:
+        server.close()
+    agent, server = A.open_agent("h", str(keyfile), f"unix:{tmp_path}/b.sock", str(tmp_path / "st"))
+    server.close()
+    assert agent.executor.bpf_pin_dir == Executor(state_file=tmp_path / "x.json").bpf_pin_dir
+
+
+def _until_signalled(sock_path, during=None):
+    """A client of the agent on ``sock_path``: one status request, ``during()``
+    while the agent runs, then SIGTERM to this process (once the daemon's
+    handler is in place: the default one would end pytest). Returns
+    (thread, replies, old handlers)."""
+    from bwcommon.channel import Receiver, ReplayGuard, Sender
+    from bwcommon.transport import recv_frame, send_frame
+    key = _keyfile(sock_path.parent)[0] if not (sock_path.parent / "h.key").exists() else \
+        bytes.fromhex((sock_path.parent / "h.key").read_text().strip())
     replies = []
+    old = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
 
     def client():
         deadline = time.monotonic() + 10
-        while not sock_path.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
         try:
+            while not sock_path.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
             s = socket.socket(socket.AF_UNIX)
             s.connect(str(sock_path))
             send_frame(s, Sender(key, "h", direction="c2a").seal("status", {}))
-            rx = Receiver(key, "h", ReplayGuard(None), direction="a2c")
-            replies.append(rx.open(recv_frame(s)))
+            replies.append(Receiver(key, "h", ReplayGuard(None), direction="a2c").open(recv_frame(s)))
             s.close()
-        finally:        # only once main's handler is in place (the default one would end pytest)
+            if during is not None:
+                during()
+        finally:
             while signal.getsignal(signal.SIGTERM) is old[0] and time.monotonic() < deadline:
                 time.sleep(0.02)
             os.kill(os.getpid(), signal.SIGTERM)
-    old = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     th = threading.Thread(target=client)
     th.start()
+    return th, replies, old
+
+
+def test_main_serves_until_sigterm_then_removes_its_socket_and_says_so(tmp_path, caplog):
+    key, keyfile = _keyfile(tmp_path)
+    sock_path = tmp_path / "a.sock"
+    threads = []
+
+    def during():
+        threads.extend((t.name, t.daemon) for t in threading.enumerate() if t.name.startswith("agent "))
+    th, replies, old = _until_signalled(sock_path, during)
     try:
-        rc = A.main("h", str(keyfile), f"unix:{sock_path}", str(tmp_path / "st"))
+        with caplog.at_level(logging.INFO, logger="bwfabric.agent"):
+            rc = A.main("h", str(keyfile), f"unix:{sock_path}", str(tmp_path / "st"))
     finally:
         signal.signal(signal.SIGTERM, old[0])
         signal.signal(signal.SIGINT, old[1])
@@ -532,3 +581,325 @@ def test_main_serves_status_and_leaves_on_sigterm(tmp_path):
     assert rc == 0
     assert replies and replies[0][0] == "reply" and replies[0][1]["ok"] is True and replies[0][1]["host"] == "h"
     assert not sock_path.exists()                    # the socket file is removed on the way out
+    # the channel and the three rounds, each a daemon thread (a stuck round never keeps the process)
+    assert sorted(threads) == [("agent buffer_loop", True), ("agent ese_loop", True), ("agent lrc_loop", True),
+                               ("agent serve", True)]
+    msgs = caplog.messages
+    assert msgs[0] == f"listening on unix:{sock_path}"
+    assert "shutting down: removing what this agent put in force" in msgs
+    took = float(msgs[-1].removeprefix("removed; exiting (").removesuffix(" s)"))
+    assert 0 <= took < 30
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("agent ") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("agent ")]   # all ended
+
+
+def test_run_says_when_removing_failed_and_survives_a_socket_file_already_gone(tmp_path, caplog):
+    from bwcommon.transport import listen
+    key, keyfile = _keyfile(tmp_path)
+    sock_path = tmp_path / "a.sock"
+    ex = KernelModel()
+    ex.fail_next.add("teardown")
+    agent = A.Agent("h", key, tmp_path / "st", executor=ex, enter=lambda ns: nullcontext())
+    server = listen(f"unix:{sock_path}")
+    th, replies, old = _until_signalled(sock_path, during=lambda: sock_path.unlink())
+    try:
+        with caplog.at_level(logging.ERROR, logger="bwfabric.agent"):
+            rc = A.run(agent, server, f"unix:{sock_path}")
+    finally:
+        signal.signal(signal.SIGTERM, old[0])
+        signal.signal(signal.SIGINT, old[1])
+        th.join(5)
+    assert rc == 1 and replies
+    assert caplog.messages == ["teardown: RTNETLINK answers: No such file or directory"]
+
+
+# ---- what the first mutation pass left (hostagent/agent.py) ----------------------------------
+def test_a_round_without_a_time_takes_the_clock_and_keeps_the_buffer_in_force():
+    vm, ex = vm_with(cfg())
+    vm.rcvbuf = 123456
+    assert vm.lrc_round(sending(PEER2)) == "pairs"              # no ``now``: the monotonic clock
+    assert vm.lrc.last_active[PEER2] == pytest.approx(time.monotonic(), abs=5)
+    assert vm.rcvbuf == 123456                                   # the whole plan kept Eq. 1's buffer
+    assert any(s.value.endswith("123456") or "123456" in s.value for s in ex.in_force.of(P.Sysctl))
+
+
+def test_byte_counts_make_a_pair_only_from_what_this_vm_sends_between_rounds():
+    vm, ex = vm_with(cfg())
+    t = time.monotonic()
+    udp = Timeouts.read().udp
+
+    def entry(mine, theirs):
+        return [Entry(ME, PEER2, UDP, False, False, udp, 5000, 9, mine, theirs)]
+    assert vm.lrc_round(entry(10_000, 0), now=t) == "idle"          # first sight: no delta yet
+    assert vm.lrc_round(entry(10_000 + 50_000, 0), now=t + 0.05) == "pairs"
+    assert set(vm.lrc_in_force) == {PEER2}
+
+
+def test_a_competition_move_of_exactly_the_floor_is_not_written(monkeypatch):
+    vm, ex = vm_with(cfg(wc="competition", marker=True))
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    vm.lrc_in_force = vm.lrc.limits(t)
+    n = len(ex.made("apply_bpf"))
+    monkeypatch.setattr(vm.lrc, "competition", lambda now, unit: 0.005)
+    vm.lrc_a_l = 0.0                                   # 2 % of 0 is below the 0.005 floor: a move of 0.005 is not one
+    assert vm.lrc_round(sending(PEER2), now=t) == "idle" and len(ex.made("apply_bpf")) == n
+    monkeypatch.setattr(vm.lrc, "competition", lambda now, unit: 0.0051)
+    assert vm.lrc_round(sending(PEER2), now=t) == "competition" and len(ex.made("apply_bpf")) == n + 1
+
+
+def test_the_rates_path_uses_the_slots_read_after_the_last_apply():
+    """A pair that outlives another keeps its slot: the rates path changes
+    the class in that slot (read back once after the apply, not every
+    round), not the slot a fresh numbering would give it."""
+    vm, ex = vm_with(cfg())
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER3), now=t)                      # .3 takes slot 0
+    vm.lrc_round(sending(PEER2, PEER3), now=t + 0.1)         # .2 slot 1
+    assert vm.lrc_slots == {PEER3: 0, PEER2: 1}
+    vm.lrc_round(sending(PEER2), now=t + 1.5)                # .3 idle: closes; .2 stays in slot 1
+    assert vm.lrc_slots == {PEER2: 1}
+    vm.lrc.set_terms({PEER2: [60.0, 2.0, 40.0]}, t + 1.5)
+    reads = len(ex.made("pair_slots"))
+    assert vm.lrc_round(sending(PEER2), now=t + 1.7) == "rates"
+    assert len(ex.made("pair_slots")) == reads                # not read again
+    assert {c.classid for c in ex.made("change_rates")[-1]} <= {f"1:{P.PAIR_CLASS_BASE + 1:x}",
+                                                                f"1:{P.WC_PAIR_CLASS_BASE + 1:x}"}
+    assert vm.lrc_repairs == 0
+    # slots unknown (None): read from the kernel, once
+    vm.lrc_slots = None
+    vm.lrc.set_terms({PEER2: [30.0, 2.0, 40.0]}, t + 1.7)
+    assert vm.lrc_round(sending(PEER2), now=t + 2.5) == "rates"
+    assert ex.made("pair_slots")[reads:] == ["ag0"] and vm.lrc_repairs == 0
+
+
+def test_with_the_marker_and_wc_ceilings_the_rates_path_writes_the_moved_pairs_buckets_only():
+    vm, ex = vm_with(cfg(wc="ceiling", marker=True))
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2, PEER3), now=t)
+    vm.lrc.set_terms({PEER2: [90.0, 2.0, 40.0]}, t)
+    # .3's limits pinned to what LRC says now, so that only .2's move
+    for k in range(1, 4):
+        now = t + 0.1 * k
+        want = vm.lrc.limits(now)
+        vm.lrc_in_force = {**vm.lrc_in_force, PEER3: want[PEER3]}
+        did = vm.lrc_round(sending(PEER2, PEER3), now=now)
+        if did == "rates":
+            break
+    assert did == "rates"
+    buckets, removed = ex.made("set_buckets")[-1]
+    assert [b.dst for b in buckets] == [PEER2] and removed == []
+    assert buckets[0].rate_Bps == max(int(vm.lrc_in_force[PEER2].bg_mbps * 1e6), P.MIN_CLASS_BPS) // 8
+
+
+def test_every_repair_is_counted_and_logged_by_vm(caplog):
+    vm, ex = vm_with(cfg())
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    with caplog.at_level(logging.WARNING, logger="bwfabric.agent"):
+        for k in (1, 2):
+            lim = vm.lrc.limits(t + 0.2 * k)[PEER2]
+            vm.lrc_in_force = {PEER2: P.PairLimit(lim.bg_mbps / 2, lim.wc_mbps + 1)}    # a move to make
+            ex.fail_next.add("change_rates")
+            assert vm.lrc_round(sending(PEER2), now=t + 0.2 * k) == "pairs"
+    assert vm.lrc_repairs == 2
+    assert caplog.messages[-1] == ("LRC rates (ns): change_rates: RTNETLINK answers: No such file or directory; "
+                                   "re-applying the configuration")
+    vm, ex = vm_with(cfg(wc="competition", marker=True))
+    with caplog.at_level(logging.WARNING, logger="bwfabric.agent"):
+        for k in (1, 2):
+            ex.fail_next.add("set_buckets")
+            vm.lrc_round(sending(PEER2) if k == 1 else [], now=t + 3 * k)
+    assert vm.lrc_repairs == 2 and vm.lrc_pairs_fast == 0
+    assert caplog.messages[-1] == ("LRC pairs (ns): set_buckets: RTNETLINK answers: No such file or directory; "
+                                   "re-applying the configuration")
+
+
+def test_pairs_fast_writes_the_opened_and_moved_buckets_and_removes_the_closed():
+    vm, ex = vm_with(cfg(wc="competition", marker=True))
+    L = P.PairLimit
+    four = "10.9.0.4"
+    vm.lrc_in_force = {PEER2: L(10.0), PEER3: L(30.0), four: L(5.0)}
+    ex.buckets[(ME, four)] = P.BgBucket(ME, four, 625_000, 1500)
+    assert vm._pairs_fast({PEER2: L(10.02), PEER3: L(20.0), "10.9.0.5": L(7.0)}) is True
+    buckets, removed = ex.made("set_buckets")[-1]
+    assert sorted(b.dst for b in buckets) == [PEER3, "10.9.0.5"]        # .2 moved by 0.2 %: not written
+    assert removed == [(ME, four)]
+    assert vm.lrc_in_force == {PEER2: L(10.02), PEER3: L(20.0), "10.9.0.5": L(7.0)}
+
+
+def test_removing_a_vm_checks_the_kernel_is_clean():
+    vm, ex = vm_with(cfg())
+    ex.leftovers = [f"tc class 1:{k}" for k in range(7)]
+    with pytest.raises(ExecError) as err:
+        vm.remove()
+    assert str(err.value) == "removing everything left: " + "; ".join(f"tc class 1:{k}" for k in range(5))
+    assert vm.config is not None                        # not forgotten: it is still (partly) there
+
+
+def test_conntrack_fallbacks_are_logged(monkeypatch, caplog):
+    import hostagent.conntrack as C
+    import hostagent.lrc as L
+    monkeypatch.setattr(L, "read_conntrack", lambda: [])
+    vm = A.Vm("ns", KernelModel())
+
+    def unavailable(address):
+        raise OSError("kernel before 5.8")
+    with caplog.at_level(logging.WARNING, logger="bwfabric.agent"):
+        monkeypatch.setattr(C, "VmConntrack", lambda a: FakeTable(a, fail_dump=True))
+        vm._conntrack(ME)
+        monkeypatch.setattr(C, "VmConntrack", unavailable)
+        vm._conntrack(ME)
+    assert caplog.messages == ["conntrack dump failed (netlink dump interrupted): reading the whole table this round",
+                               "conntrack over netlink unavailable (kernel before 5.8): reading the whole table"]
+
+
+def test_the_buffer_is_eq1_exactly_with_the_rtt_hint_as_its_floor_over_a_30s_window(caplog):
+    from hostagent.observe import receive_buffer_bytes
+    vm, ex = vm_with(cfg(lrc=False, rtt_hint_ms=50.0))
+    with caplog.at_level(logging.INFO, logger="bwfabric.agent"):
+        assert vm.refresh_buffer(SS.format(rtt=10.0), now=1.0) is True       # 10 ms live, 50 ms floor
+    assert vm.rcvbuf == receive_buffer_bytes(0.05, 100e6, vm.config.beta)
+    assert caplog.messages[-1] == (f"ns: receive/send buffer {vm.rcvbuf} B (Eq. 1: maxRTT 10.0 ms, NIC 100 Mb/s; "
+                                   "measured sum BW 25.0 Mb/s)")
+    assert vm.refresh_buffer(SS.format(rtt=400.0), now=2.0) is True
+    assert vm.rcvbuf == receive_buffer_bytes(0.4, 100e6, vm.config.beta)
+    # 400 ms stays the max for 30 s, then the 10 ms samples alone: back to the floor
+    assert vm.refresh_buffer(SS.format(rtt=10.0), now=31.0) is False
+    assert vm.refresh_buffer(SS.format(rtt=10.0), now=33.0) is True
+    assert vm.rcvbuf == receive_buffer_bytes(0.05, 100e6, vm.config.beta)
+    # the clock when no time is given
+    vm2, _ = vm_with(cfg(lrc=False))
+    vm2.refresh_buffer(SS.format(rtt=400.0))
+    assert vm2.sizer.samples[0][0] == pytest.approx(time.monotonic(), abs=5)
+
+
+def test_vm_status_reads_the_kernel_against_the_plan_with_its_buffer():
+    vm, ex = vm_with(cfg(lrc=False))
+    vm.refresh_buffer(SS.format(rtt=400.0), now=1.0)
+    st = vm.status()
+    assert st["in_force"] is True and st["differences"] == []
+    assert (st["netns"], st["rcvbuf_bytes"]) == (None, vm.rcvbuf)
+    assert st["config"] == json.loads(json.dumps(vm.config.model_dump(mode="json")))
+    ex.in_force = P.Plan(tuple(s for s in ex.in_force.steps if not isinstance(s, P.Sysctl)))
+    assert vm.status()["in_force"] is False
+
+
+def test_naming_a_vm_on_a_host_of_several_says_how_many(tmp_path):
+    a, models = host(tmp_path, "a", "b")
+    with pytest.raises(KeyError, match="agent srv has 2 VMs: name one"):
+        a.vm()
+    assert a.vm("b").name == "b"
+
+
+def test_a_vm_whose_state_directory_is_gone_is_still_forgotten(tmp_path):
+    import shutil
+    a, models = host(tmp_path, "a", "b")
+    shutil.rmtree(a._vm_dir("a"))
+    a._forget(a.vms["a"])
+    assert set(a.vms) == {"b"}
+
+
+def test_rounds_and_applies_run_inside_the_vms_namespace(tmp_path):
+    entered = []
+
+    class Enter:
+        def __init__(self, ns):
+            self.ns = ns
+
+        def __enter__(self):
+            entered.append(self.ns)
+
+        def __exit__(self, *exc):
+            return False
+    a, models = host(tmp_path, "a", "b")
+    a.inside = Enter
+    c = a.vms["b"].config
+    a.put_in_force(c, 4242)
+    assert entered == ["ns-b"] and a.vms["b"].rcvbuf == 4242
+    entered.clear()
+    a.lrc_round([], time.monotonic(), vm="a")
+    a.refresh_buffer("", vm="b")
+    a.ese_round(vm="a")
+    assert entered == ["ns-a", "ns-b", "ns-a"]
+    got = []
+    a.vms["b"].refresh_buffer = lambda text, now: got.append(now)
+    a.refresh_buffer("", now=7.0, vm="b")
+    assert got == [7.0]
+
+
+def test_the_ese_round_runs_for_the_named_vm(tmp_path, monkeypatch):
+    a, models = host(tmp_path, "a", "b")
+    ran = []
+    for name in ("a", "b"):
+        vm = a.vms[name]
+        vm.config = vm.config.model_copy(update={"mptcp_cc": "mptcp_d"})
+        monkeypatch.setattr(vm, "ese_closer", lambda c, n=name: ran.append(n) or type("C", (), {"round": lambda s: 1})())
+    assert a.ese_round(vm="b") == "closed" and ran == ["b"]
+
+
+def test_the_buffer_loop_runs_ss_inside_each_vms_namespace(tmp_path):
+    entered = []
+
+    class Enter:
+        def __init__(self, ns):
+            self.ns = ns
+
+        def __enter__(self):
+            entered.append(self.ns)
+
+        def __exit__(self, *exc):
+            return False
+    a, models = host(tmp_path, "a", "b")
+    a.inside = Enter
+    th = run_loop(lambda: a.buffer_loop(period_s=0.005), lambda: {"ns-a", "ns-b"} <= set(entered))
+    a.shutdown()
+    th.join(5)
+    assert {"ns-a", "ns-b"} <= set(entered)
+
+
+def test_shutdown_removes_anyway_when_an_operation_holds_the_agent(tmp_path, caplog):
+    a, models = host(tmp_path, "a", "b")
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold():
+        with a.lock:
+            held.set()
+            release.wait(10)
+    th = threading.Thread(target=hold)
+    th.start()
+    held.wait(5)
+    try:
+        with caplog.at_level(logging.ERROR, logger="bwfabric.agent"):
+            a.shutdown(wait_s=0.05)
+    finally:
+        release.set()
+        th.join(5)
+    assert caplog.messages == ["an operation still holds the agent after 0.05 s; removing what is in force anyway"]
+    assert models["a"].made("teardown") and models["b"].made("teardown") and a.stopping
+    a.lock.acquire(timeout=1)                   # shutdown did not release a lock it did not hold
+    a.lock.release()
+
+
+def test_shutdown_names_every_vm_that_could_not_be_removed_and_goes_on(tmp_path):
+    a, models = host(tmp_path, "a", "b", "c")
+    models["a"].fail_next.add("teardown")
+    models["b"].fail_next.add("teardown")
+    a.executor.fail_next.add("teardown")
+    with pytest.raises(ExecError) as err:
+        a.shutdown()
+    assert str(err.value) == ("VM a: teardown: RTNETLINK answers: No such file or directory; "
+                              "VM b: teardown: RTNETLINK answers: No such file or directory; "
+                              "teardown: RTNETLINK answers: No such file or directory")
+    assert models["c"].made("teardown")
+
+
+def test_shutdown_skips_the_host_namespaces_vm_and_removes_the_others_after_it(tmp_path):
+    a, models = host(tmp_path, "b", "c")
+    a.vms["a"] = A.Vm("a", a.executor)               # the host's own namespace's executor: torn down last, once
+    a.shutdown()
+    assert models["b"].made("teardown") and models["c"].made("teardown")
+    assert len(a.executor.made("teardown")) == 1
