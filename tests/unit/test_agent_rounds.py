@@ -545,10 +545,16 @@ def _until_signalled(sock_path, during=None):
     def client():
         deadline = time.monotonic() + 10
         try:
-            while not sock_path.exists() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(str(sock_path))
+            while True:           # the file exists from bind(); connections are taken from listen() on
+                s = socket.socket(socket.AF_UNIX)
+                try:
+                    s.connect(str(sock_path))
+                    break
+                except OSError:
+                    s.close()
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
             send_frame(s, Sender(key, "h", direction="c2a").seal("status", {}))
             replies.append(Receiver(key, "h", ReplayGuard(None), direction="a2c").open(recv_frame(s)))
             s.close()
@@ -568,8 +574,14 @@ def test_main_serves_until_sigterm_then_removes_its_socket_and_says_so(tmp_path,
     sock_path = tmp_path / "a.sock"
     threads = []
 
-    def during():
-        threads.extend((t.name, t.daemon) for t in threading.enumerate() if t.name.startswith("agent "))
+    def during():                 # the reply came from the channel's thread: the rounds' may still be starting
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            now = [(t.name, t.daemon) for t in threading.enumerate() if t.name.startswith("agent ")]
+            if len(now) >= 4:
+                break
+            time.sleep(0.01)
+        threads.extend(now)
     th, replies, old = _until_signalled(sock_path, during)
     try:
         with caplog.at_level(logging.INFO, logger="bwfabric.agent"):
@@ -903,3 +915,82 @@ def test_shutdown_skips_the_host_namespaces_vm_and_removes_the_others_after_it(t
     a.shutdown()
     assert models["b"].made("teardown") and models["c"].made("teardown")
     assert len(a.executor.made("teardown")) == 1
+
+
+# ---- the agent's status, whole ---------------------------------------------------------------
+def test_status_of_a_host_of_several_vms_names_each_difference_and_a_vanished_namespace(tmp_path):
+    a, models = host(tmp_path, "a", "b")
+    a.nic_in_force = ("eth9", 100.0)
+    models["a"].in_force = P.Plan(models["a"].in_force.steps[1:])       # one step of a's plan is gone
+
+    class Enter:
+        def __init__(self, ns):
+            if ns == "ns-b":
+                raise OSError(f"netns {ns}: No such file or directory")
+
+        def __enter__(self):
+            return None
+
+        def __exit__(self, *exc):
+            return False
+    a.inside = Enter
+    st = a.status()
+    first = A.Vm.plan_for(a.vms["a"], a.vms["a"].config, None).steps[0]
+    nic = [f"NIC: missing {s}" for s in A._nic_plan("eth9", 100.0).steps]
+    assert st["differences"] == [f"a: missing {first}", "b: netns ns-b: No such file or directory", *nic]
+    assert st["in_force"] is False
+    assert st["vms"]["b"] == {"netns": "ns-b", "config": None, "in_force": False,
+                              "differences": ["netns ns-b: No such file or directory"], "degraded": None,
+                              "rcvbuf_bytes": None, "class_bytes": {}, "lrc": None, "ese": None}
+    assert st["vms"]["a"]["in_force"] is False and st["vms"]["a"]["netns"] == "ns-a"
+    # several VMs: nothing of one VM's at the top
+    assert (st["config"], st["class_bytes"], st["lrc"], st["ese"], st["rcvbuf_bytes"]) == (None, {}, None, None, None)
+    assert st["host"] == "srv" and st["connections"] is None and st["degraded"] is None
+    a.vms["a"].degraded = "rollback failed"
+    a.inside = lambda ns: nullcontext()
+    assert a.status()["degraded"] == "a: rollback failed"
+
+
+def test_status_of_a_host_that_is_its_own_vm_has_its_fields_at_the_top(tmp_path):
+    ex = KernelModel()
+    a = A.Agent("ns", b"k" * 32, tmp_path / "st", executor=ex, enter=lambda ns: nullcontext())
+    st = a.status()
+    assert (st["in_force"], st["differences"], st["vms"]) == (True, [], {})
+    ex.leftovers = ["nft table bwfabric"]
+    st = a.status()
+    assert (st["in_force"], st["differences"]) == (False, ["nft table bwfabric"])
+    c = cfg()
+    a.put_in_force(c, 5000)
+    a.vms["ns"].lrc = A.Vm("x", ex)._lrc_for(c)
+    st = a.status()
+    one = st["vms"]["ns"]
+    assert st["in_force"] is True and st["differences"] == [] and one["in_force"] is True
+    for key in ("config", "class_bytes", "lrc", "ese", "rcvbuf_bytes", "degraded"):
+        assert st[key] == one[key], key
+    assert st["rcvbuf_bytes"] == 5000 and st["config"] == c.model_dump(mode="json") and st["lrc"]["loop"] is None
+    a.lrc_loops.run("lrc ns", lambda: 1 / 0)
+    assert a.status()["lrc"]["loop"]["errors"] == 1
+    ex.in_force = P.Plan(ex.in_force.steps[1:])
+    st = a.status()
+    assert st["differences"] == [f"missing {A.Vm.plan_for(a.vms['ns'], c, 5000).steps[0]}"]   # no VM name: one VM
+
+
+def test_status_counts_the_channels_connections_once_it_serves(tmp_path):
+    from bwcommon.transport import listen
+    a, models = host(tmp_path, "a")
+    sock = listen(f"unix:{tmp_path}/s.sock")
+    th = threading.Thread(target=a.serve, args=(sock,), kwargs={"max_connections": 3}, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 5
+    while getattr(a, "server", None) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        conns = a.status()["connections"]
+        assert conns == {"accepted": 0, "refused_busy": 0, "accept_errors": 0, "handler_errors": 0, "timeouts": 0,
+                         "bad_frames": 0, "active": 0, "last_error": None}
+        assert a.server.max_connections == 3
+    finally:
+        a.server.stop.set()
+        a.server.close_all()
+        th.join(5)                     # serve() has seen stop: the socket is no longer its
+        sock.close()
