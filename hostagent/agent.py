@@ -819,7 +819,8 @@ def _read_int(path: Path) -> int:
 
 
 def _write_int(path: Path, value: int) -> None:
-    tmp = path.with_suffix(".tmp")
+    # (not mutated: any name of the temporary file writes and renames alike)
+    tmp = path.with_suffix(".tmp")  # pragma: no mutate
     tmp.write_text(f"{value}\n")
     tmp.replace(path)
 

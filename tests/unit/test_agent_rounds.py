@@ -994,3 +994,170 @@ def test_status_counts_the_channels_connections_once_it_serves(tmp_path):
         a.server.close_all()
         th.join(5)                     # serve() has seen stop: the socket is no longer its
         sock.close()
+
+
+# ---- the channel's end: every reply, exactly -------------------------------------------------
+KEY = bytes(range(32))
+
+
+class Wire:
+    """The controller's side of one agent's channel, in-process."""
+
+    def __init__(self, agent, key=KEY):
+        from bwcommon.channel import Receiver, ReplayGuard, Sender
+        self.agent, self.tx = agent, Sender(key, agent.host, direction="c2a")
+        self.rx = Receiver(KEY, agent.host, ReplayGuard(None), direction="a2c")
+
+    def ask(self, msg_type, body) -> dict:
+        kind, reply = self.rx.open(self.agent.handle(self.tx.seal(msg_type, body)))
+        assert kind == "reply"
+        return reply
+
+
+def test_a_forged_message_is_refused_counted_logged_and_answered(tmp_path, caplog):
+    ex = KernelModel()
+    a = A.Agent("ns", KEY, tmp_path / "st", executor=ex, enter=lambda ns: nullcontext())
+    forger = Wire(a, key=bytes(32))
+    with caplog.at_level(logging.WARNING, logger="bwfabric.agent"):
+        reply = forger.ask("config", {"generation": 1, "version": 1, "config": None})
+        forger.ask("status", {})
+    why = "bad MAC: forged, corrupted, or signed with another host's key"
+    assert reply == {"ok": False, "error": f"rejected: {why}"}
+    assert a.rejected == 2 and ex.calls == []
+    assert caplog.messages == [f"rejected a message: {why}"] * 2
+    assert Wire(a).ask("status", {})["rejected"] == 2
+
+
+def test_replies_while_stopping_on_a_bad_request_and_on_a_bug(tmp_path, monkeypatch):
+    ex = KernelModel()
+    a = A.Agent("ns", KEY, tmp_path / "st", executor=ex, enter=lambda ns: nullcontext())
+    w = Wire(a)
+    assert w.ask("hello", {}) == {"ok": False, "error": "unknown message type 'hello' (config, rates, status)",
+                                  "max_generation": 0}
+    monkeypatch.setattr(a, "status", lambda: 1 / 0)
+    assert w.ask("status", {}) == {"ok": False, "error": "internal error: ZeroDivisionError: division by zero"}
+    a.stopping = True
+    assert w.ask("status", {}) == {"ok": False, "error": "the agent is shutting down"}
+
+
+def test_without_a_persisted_replay_guard_only_status_is_answered(tmp_path, caplog):
+    ex = KernelModel()
+    a = A.Agent("ns", KEY, tmp_path / "st", executor=ex, enter=lambda ns: nullcontext())
+    w = Wire(a)
+    a.rx.guard.state_file = tmp_path / "gone" / "last-seq"           # its directory vanished
+    with caplog.at_level(logging.ERROR, logger="bwfabric.agent"):
+        reply = w.ask("config", {"generation": 1, "version": 1, "config": None})
+    unsaved = f"{tmp_path}/gone/last-seq: No such file or directory"
+    assert reply == {"ok": False, "error": f"state dir: cannot persist the replay guard ({unsaved}); only status "
+                                           "is answered until it can"}
+    assert caplog.messages == [f"config refused: cannot persist the replay guard: {unsaved}"]
+    assert w.ask("status", {})["ok"] is True and ex.calls == []
+
+
+def test_a_lower_version_of_the_same_generation_is_refused_by_name(tmp_path):
+    a = A.Agent("ns", KEY, tmp_path / "st", executor=KernelModel(), enter=lambda ns: nullcontext())
+    w = Wire(a)
+    assert w.ask("config", {"generation": 3, "version": 5, "config": None})["ok"] is True
+    assert w.ask("config", {"generation": 3, "version": 4, "config": None}) == {
+        "ok": False, "max_generation": 3,
+        "error": "configuration version 4 refused: version 5 of the same controller is in force"}
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["generation", "last-seq"]
+    assert (tmp_path / "st" / "generation").read_text() == "3\n"
+
+
+def vms_config(*names, g=10.0, **over):
+    return {"vms": {n: {"host": "srv", "vm_id": n, "netns": f"ns-{n}", "nic": "eth9", "interface": "eth0",
+                        "address": f"10.9.0.{k + 1}", "nic_mbps": 100, "guarantee_mbps": g, "wc_subflows": 1,
+                        **over} for k, n in enumerate(names)}}
+
+
+def test_configure_counts_every_change_and_logs_each_vm(tmp_path, caplog):
+    a, models = host(tmp_path)
+    with caplog.at_level(logging.INFO, logger="bwfabric.agent"):
+        with a.lock:
+            reply = a._dispatch("config", {"generation": 1, "version": 1, "config": vms_config("a", "b")})
+    plans = [models[n].in_force for n in ("a", "b")]
+    nic = A._nic_plan("eth9", 100.0)
+    assert reply["changes"] == len(plans[0].steps) + len(plans[1].steps) + len(nic.steps)
+    assert a.nic_in_force == ("eth9", 100.0) and a.executor.in_force == nic
+    assert caplog.messages[:2] == [f"a in force ({len(plans[0].steps)} changes): guarantee 10 Mb/s, 1 WC subflows, "
+                                   f"A_l {a.vms['a'].config.a_l:.3g}",
+                                   f"b in force ({len(plans[1].steps)} changes): guarantee 10 Mb/s, 1 WC subflows, "
+                                   f"A_l {a.vms['b'].config.a_l:.3g}"]
+    assert caplog.messages[2] == f"configuration in force (generation 1, version 1, {reply['changes']} changes, 2 VMs)"
+    # a host that is its own VM: its plan's changes alone (no NIC plan)
+    b = A.Agent("ns", KEY, tmp_path / "st2", executor=KernelModel(), enter=lambda ns: nullcontext())
+    with b.lock:
+        reply = b._dispatch("config", {"generation": 1, "version": 1, "config": cfg().model_dump(mode="json")["vm"]
+                                       | cfg().model_dump(mode="json")["settings"]})
+    assert reply["changes"] == len(b.executor.in_force.steps) and b.nic_in_force is None
+
+
+def test_one_vms_failure_is_named_only_among_several(tmp_path):
+    a, models = host(tmp_path)
+    with a.lock:
+        a._dispatch("config", {"generation": 1, "version": 1, "config": vms_config("a", "b")})
+    models["b"].fail_next.add("apply")
+    with a.lock, pytest.raises(ExecError) as err:
+        a._configure(A._desired(vms_config("a", "b", g=20.0)))
+    assert str(err.value).startswith("VM b: applying the configuration failed (apply: RTNETLINK answers")
+    assert a.vms["b"].config.guarantee_mbps == 10.0              # rolled back, still known
+    # a VM never in force that fails is forgotten; one alone is named without its name
+    models.clear()
+    c, = A._desired(vms_config("c")).values()
+    a2, models2 = host(tmp_path / "two")
+    a2.executor_factory = lambda name, ns: models2.setdefault(name, KernelModel())
+    models2["c"] = KernelModel()
+    models2["c"].fail_next.add("apply")
+    with a2.lock, pytest.raises(ExecError) as err:
+        a2._configure({"c": c})
+    assert str(err.value).startswith("applying the configuration failed (apply:") and "c" not in a2.vms
+
+
+def test_removing_vms_inside_their_namespaces_names_a_failure_and_keeps_the_rest(tmp_path):
+    a, models = host(tmp_path)
+    with a.lock:
+        a._dispatch("config", {"generation": 1, "version": 1, "config": vms_config("a", "b", "c")})
+    entered = []
+
+    class Enter:
+        def __init__(self, ns):
+            entered.append(ns)
+
+        def __enter__(self):
+            return None
+
+        def __exit__(self, *exc):
+            return False
+    a.inside = Enter
+    models["b"].leftovers = ["tc qdisc eth0"]
+    with a.lock, pytest.raises(ExecError) as err:
+        a._configure(A._desired(vms_config("c")))
+    assert str(err.value) == "VM b: removing it: removing everything left: tc qdisc eth0"
+    assert set(a.vms) == {"b", "c"} and entered[:2] == ["ns-a", "ns-b"]
+
+
+def test_nothing_desired_tears_the_host_down_once_and_checks_it(tmp_path):
+    ex = KernelModel()
+    a = A.Agent("ns", KEY, tmp_path / "st", executor=ex, enter=lambda ns: nullcontext())
+    a.nic_in_force = ("eth9", 100.0)
+    ex.leftovers = [f"x{k}" for k in range(7)]
+    with a.lock, pytest.raises(ExecError) as err:
+        a._configure(None)
+    assert str(err.value) == "removing everything left: x0; x1; x2; x3; x4"
+    assert ex.made("teardown") == [None] and a.nic_in_force is None
+    # the host's own VM removed first and a VM of its own namespace after it: the host is not torn down again
+    a2, models = host(tmp_path / "two", "b")
+    a2.vms["a"] = A.Vm("a", a2.executor)
+    with a2.lock:
+        assert a2._configure(None) == 0
+    assert len(a2.executor.made("teardown")) == 1 and a2.vms == {}
+
+
+def test_the_hosts_nic_failing_is_named(tmp_path):
+    a, models = host(tmp_path)
+    a.executor.fail_next.add("apply")
+    with a.lock, pytest.raises(ExecError) as err:
+        a._configure(A._desired(vms_config("a")))
+    assert str(err.value) == "the host's NIC: apply: RTNETLINK answers: No such file or directory"
+    assert a.vms["a"].config is not None and a.nic_in_force is None
