@@ -30,6 +30,7 @@ from tests.unit.agents_inprocess import KernelModel
 ME, PEER2, PEER3 = "10.9.0.1", "10.9.0.2", "10.9.0.3"
 PEERS = {PEER2: {"weight": 1.0, "guarantee_mbps": 40}, PEER3: {"weight": 3.0, "guarantee_mbps": 40}}
 UDP = 17
+KEY = bytes(range(32))
 
 
 def cfg(wc="ceiling", marker=False, mode="combined", lrc=True, **over) -> P.HostConfig:
@@ -351,7 +352,7 @@ def host(tmp_path, *names):
 
     def factory(name, ns):
         return models.setdefault(name, KernelModel())
-    a = A.Agent("srv", b"k" * 32, tmp_path / "state", executor=KernelModel(), executor_factory=factory,
+    a = A.Agent("srv", KEY, tmp_path / "state", executor=KernelModel(), executor_factory=factory,
                 enter=lambda ns: nullcontext())
     for k, name in enumerate(names):
         c = P.HostConfig.from_dict({"host": "srv", "vm_id": name, "netns": f"ns-{name}", "nic": "eth9",
@@ -997,9 +998,6 @@ def test_status_counts_the_channels_connections_once_it_serves(tmp_path):
 
 
 # ---- the channel's end: every reply, exactly -------------------------------------------------
-KEY = bytes(range(32))
-
-
 class Wire:
     """The controller's side of one agent's channel, in-process."""
 
@@ -1161,3 +1159,64 @@ def test_the_hosts_nic_failing_is_named(tmp_path):
         a._configure(A._desired(vms_config("a")))
     assert str(err.value) == "the host's NIC: apply: RTNETLINK answers: No such file or directory"
     assert a.vms["a"].config is not None and a.nic_in_force is None
+
+
+def test_config_replies_and_logs_exactly(tmp_path, caplog):
+    a, models = host(tmp_path)
+    w = Wire(a)
+    with caplog.at_level(logging.INFO, logger="bwfabric.agent"):
+        reply = w.ask("config", {"generation": 2, "version": 7, "config": vms_config("a")})
+        assert reply == {"ok": True, "changes": reply["changes"], "generation": 2, "version": 7}
+        assert reply["changes"] > 0
+        caplog.clear()
+        assert w.ask("config", {"generation": 2, "version": 8, "config": None}) == {
+            "ok": True, "changes": 0, "generation": 2, "version": 8}
+    assert caplog.messages[-1] == "configuration removed (generation 2, version 8)"
+    assert (a.generation, a.version, a.max_generation) == (2, 8, 2)
+
+
+@pytest.mark.parametrize("config, why", [
+    (vms_config("a") | {"vms": {"a": {**vms_config("a")["vms"]["a"], "host": "other"}}},
+     "configuration for host 'other' sent to agent 'srv'"),
+    ({"vms": {**vms_config("a")["vms"], "b": {**vms_config("b")["vms"]["b"], "netns": "ns-a"}}},
+     "two VMs in one network namespace (ns-a; None: the agent's)"),
+    ({"vms": {**vms_config("a")["vms"], "b": {k: v for k, v in vms_config("b")["vms"]["b"].items() if k != "nic"}
+              | {"netns": None}}},
+     "a VM in the host's own namespace beside VMs in namespaces of their own: give each a namespace "
+     "(the host's NIC then carries them all)"),
+])
+def test_configs_that_cannot_be_one_hosts_are_refused_by_name_and_logged(tmp_path, caplog, config, why):
+    a, models = host(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="bwfabric.agent"):
+        reply = Wire(a).ask("config", {"generation": 1, "version": 1, "config": config})
+    assert reply == {"ok": False, "error": why, "max_generation": 0}
+    assert caplog.messages == [f"config refused: {why}"] and a.vms == {}
+
+
+def test_a_bug_is_logged_with_its_traceback(tmp_path, caplog, monkeypatch):
+    a, models = host(tmp_path)
+    monkeypatch.setattr(a, "status", lambda: 1 / 0)
+    with caplog.at_level(logging.ERROR, logger="bwfabric.agent"):
+        Wire(a).ask("status", {})
+    assert caplog.messages == ["status failed"] and "ZeroDivisionError" in caplog.text
+
+
+@pytest.mark.parametrize("body", [{"generation": 1}, {"factors": {}}, {"generation": True, "factors": {}},
+                                  {"generation": 1, "factors": []}, {"generation": -1, "vms": {}}])
+def test_malformed_rates_are_refused_by_name(tmp_path, body):
+    a, models = host(tmp_path, "a")
+    assert Wire(a).ask("rates", body) == {
+        "ok": False, "max_generation": 0,
+        "error": "rates: needs generation (integer) and factors (object; or vms: {VM: factors})"}
+
+
+def test_rates_reach_an_lrc_vm_at_the_agents_clock(tmp_path):
+    a, models = host(tmp_path, "a")
+    vm = a.vms["a"]
+    vm.lrc.observe({"10.9.0.99"}, time.monotonic())
+    reply = Wire(a).ask("rates", {"generation": 0, "vms": {"a": {"10.9.0.99": [5.0, 2.0, 1.0]}}})
+    assert reply["ok"] is True and set(reply["vms"]["a"]) == {"10.9.0.99"}
+    assert reply["pairs"] == reply["vms"]["a"]                      # one VM: its pairs in the flat form too
+    assert vm.lrc.terms_received == 1 and vm.lrc.rates.pairs["10.9.0.99"].received_at == pytest.approx(
+        time.monotonic(), abs=5)
+    assert a.rates == {"a": {"10.9.0.99": [5.0, 2.0, 1.0]}} and a.rates_received == 1
