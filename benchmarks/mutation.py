@@ -5,6 +5,7 @@ module, not part of CI):
 
     .venv/bin/pip install mutmut==3.8.1        # a development tool, not a runtime dependency
     .venv/bin/python -m benchmarks.mutation [--modules apps/lessor/pmpt.py,...] [--jobs 2] [--keep DIR]
+    .venv/bin/python -m benchmarks.mutation --named     # the issue's twelve named mutants, each alone
 
 Each run works in a scratch copy of the checkout (``git archive HEAD``:
 what is committed, nothing else), configures mutmut there (setup.cfg:
@@ -47,6 +48,41 @@ TARGET_KILL_RATE = 0.90
 # tests of the source text rather than behaviour: in mutmut's copy every mutated module imports mutmut's
 # trampoline, which the layering test rightly calls a foreign dependency -- they run in the suite, not here
 NOT_UNDER_MUTATION = ("tests/unit/test_architecture.py",)
+# issue #33's twelve subtle mutants that survived the unit tests on 2026-11-26 (an operator flipped, a term
+# dropped): (what it breaks, module, the text replaced, its replacement, the unit tests that must kill it)
+NAMED = (
+    ("admission's pod cut counts intra-pod links", "controller/admission.py",
+     "if n not in hosts and n not in members))", "if n not in hosts))", "tests/unit/test_admission.py"),
+    ("the agent accepts an older version within a generation", "hostagent/agent.py",
+     "and version < self.version:", "and version < 0:", "tests/unit/test_agent_state.py tests/unit/test_agent_rounds.py"),
+    ("the agent forgets its persisted generation on restart", "hostagent/agent.py",
+     "self.max_generation = _read_int(self.generation_file)", "self.max_generation = 0",
+     "tests/unit/test_agent_state.py tests/unit/test_agent_rounds.py"),
+    ("non-adjacent duplicate YAML keys pass", "controller/config.py",
+     "            seen.add(key)\n", "            seen = {key}\n", "tests/unit/test_config.py"),
+    ("PMPT stops at 1 - 2 epsilon", "apps/lessor/pmpt.py",
+     "if lam_scaled >= (1 - epsilon) * best_ub:", "if lam_scaled >= (1 - 2 * epsilon) * best_ub:",
+     "tests/unit/test_pmpt.py"),
+    ("the host's v is not capped at the NIC", "hostagent/pair_rates.py",
+     "p.v_floor_mbps,\n                                    self.nic_mbps)",
+     "p.v_floor_mbps,\n                                    float('inf'))", "tests/unit/test_lrc_host.py tests/unit/test_lrc_model.py"),
+    ("the factor floor over min(w) instead of the sum of w", "apps/lrc/control.py",
+     "self.params.factor_floor * mu_c / sum(ws)", "self.params.factor_floor * mu_c / min(ws)",
+     "tests/unit/test_lrc_model.py"),
+    ("a port-counter reset read as negative load", "controller/portstats.py",
+     "if dt <= 0 or tx < before.tx_bytes or rx < before.rx_bytes or", "if dt <= 0 or",
+     "tests/unit/test_portstats.py"),
+    ("per-pair slots renumbered: kept slots dropped", "hostagent/plan.py",
+     "out = {d: previous[d] for d in dsts if d in previous and 0 <= previous[d] < MAX_PAIRS}", "out = {}",
+     "tests/unit/test_agent_plan.py"),
+    ("per-pair slots renumbered: a kept slot 0 dropped", "hostagent/plan.py",
+     "if d in previous and 0 <= previous[d] < MAX_PAIRS}", "if d in previous and 0 < previous[d] < MAX_PAIRS}",
+     "tests/unit/test_agent_plan.py"),
+    ("ESE closes a connection's first subflow", "bwtesting/coupled_models.py",
+     "if sub == self.ref_sub or first:", "if sub == self.ref_sub:", "tests/unit/test_coupled_models.py"),
+    ("ESE's candidate boundary", "bwtesting/coupled_models.py",
+     "if samples > self.candidates:", "if samples >= self.candidates:", "tests/unit/test_coupled_models.py"),
+)
 _RESULT = re.compile(r"^\s*(?P<name>[\w.]+__mutmut_\d+):\s*(?P<status>.+?)\s*$")
 
 
@@ -116,12 +152,48 @@ def run(modules: list[str], jobs: int, keep: Path | None) -> int:
     return proc.returncode
 
 
+def named(keep: Path | None) -> int:
+    """Each of NAMED applied alone to a scratch copy of HEAD and its unit
+    tests run (stopping at the first failure): killed, or SURVIVED. A
+    mutant whose text is not found (the code moved) is said, not skipped."""
+    work = Path(tempfile.mkdtemp(prefix="bwf-named-")) if keep is None else keep
+    work.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+    env = {**os.environ, "CI": "true"}
+    survived = 0
+    print(f"{'mutant':<56}{'module':<30}{'result':>10}{'s':>6}")
+    for what, module, old, new, tests in NAMED:
+        path = work / module
+        text = path.read_text()
+        if text.count(old) != 1:
+            print(f"{what:<56}{module:<30}{'NOT FOUND':>10}")
+            survived += 1
+            continue
+        path.write_text(text.replace(old, new))
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests.split()],
+                              cwd=work, env=env, capture_output=True, text=True)
+        path.write_text(text)
+        killed = proc.returncode == 1                  # a test failed (2-5: collection or usage errors)
+        survived += not killed
+        print(f"{what:<56}{module:<30}{'killed' if killed else 'SURVIVED':>10}{time.monotonic() - t0:>6.0f}")
+    print(f"{len(NAMED) - survived} of {len(NAMED)} killed")
+    if keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if survived else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modules", default=",".join(CORE), help="comma-separated module paths (default: the core)")
     ap.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
     ap.add_argument("--keep", type=Path, default=None, help="work here and keep it (mutmut show NAME)")
+    ap.add_argument("--named", action="store_true", help="only issue #33's twelve named mutants, each alone "
+                    "(minutes, no mutmut needed)")
     args = ap.parse_args(argv)
+    if args.named:
+        return named(args.keep)
     modules = [m for m in args.modules.split(",") if m]
     missing = [m for m in modules if not (ROOT / m).is_file()]
     if missing or not modules or args.jobs < 1:

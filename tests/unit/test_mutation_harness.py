@@ -34,3 +34,14 @@ def test_results_are_grouped_by_module_and_status():
     lines = mutation.table(got, mods)
     assert lines[1].split()[:5] == ["apps/lessor/pmpt.py", "2", "1", "1", "0"] and "50.0%" in lines[1]
     assert "< target" in lines[1] and lines[3].split()[:5] == ["controller/api.py", "1", "0", "0", "1"]
+
+
+def test_the_issues_named_mutants_still_name_code_that_exists_once():
+    """Each of issue #33's twelve mutants replaces text found exactly once
+    in its module, and names unit tests that exist: the list cannot rot
+    silently when the code moves."""
+    assert len(mutation.NAMED) == 12
+    for what, module, old, new, tests in mutation.NAMED:
+        assert (mutation.ROOT / module).read_text().count(old) == 1, what
+        assert old != new and tests.split(), what
+        assert all((mutation.ROOT / t).is_file() for t in tests.split()), what
