@@ -226,6 +226,8 @@ def test_close_is_half_a_percent_relative_and_none_only_equals_none():
     assert not A._close(L(10.0, None), L(10.0, 5.0)) and not A._close(L(10.0, 5.0), L(10.0, None))
     assert A._close(L(0.0), L(0.000005)) and not A._close(L(0.0), L(0.00001))
     assert A._close(L(-10.0), L(-10.04)) and not A._close(L(-10.0), L(-10.06))
+    # relative to the larger of the two, either way round
+    assert A._close(L(10.0), L(9.9502)) and A._close(L(9.9502), L(10.0))
     assert A._close(L(10.0), L(10.0), rel=0.0) and not A._close(L(10.0), L(10.01), rel=0.0005)
 
 
@@ -328,7 +330,7 @@ def test_removing_a_vm_closes_its_conntrack(monkeypatch):
 
 # ---- Eq. 1's buffer --------------------------------------------------------------------------
 SS = ("ESTAB 0 0 10.9.0.1:5001 10.9.0.2:40000\n\t cubic wscale:7,7 rto:300 rtt:{rtt}/2 mss:1448 "
-      "cwnd:10 bytes_acked:1000 delivery_rate 25000000bps tcp-ulp-mptcp flags:Jec\n")
+      "cwnd:10 bytes_acked:1000 delivery_rate 25050010bps tcp-ulp-mptcp flags:Jec\n")
 
 
 def test_the_buffer_round_reapplies_when_eq1_moves_and_not_without_a_config():
@@ -711,13 +713,14 @@ def test_every_repair_is_counted_and_logged_by_vm(caplog):
     vm, ex = vm_with(cfg())
     t = time.monotonic()
     vm.lrc_round(sending(PEER2), now=t)
+    vm.rcvbuf = 4242                      # Eq. 1's buffer: the repair's whole plan keeps it
     with caplog.at_level(logging.WARNING, logger="bwfabric.agent"):
         for k in (1, 2):
             lim = vm.lrc.limits(t + 0.2 * k)[PEER2]
             vm.lrc_in_force = {PEER2: P.PairLimit(lim.bg_mbps / 2, lim.wc_mbps + 1)}    # a move to make
             ex.fail_next.add("change_rates")
             assert vm.lrc_round(sending(PEER2), now=t + 0.2 * k) == "pairs"
-    assert vm.lrc_repairs == 2
+    assert vm.lrc_repairs == 2 and vm.rcvbuf == 4242
     assert caplog.messages[-1] == ("LRC rates (ns): change_rates: RTNETLINK answers: No such file or directory; "
                                    "re-applying the configuration")
     vm, ex = vm_with(cfg(wc="competition", marker=True))
@@ -776,9 +779,11 @@ def test_the_buffer_is_eq1_exactly_with_the_rtt_hint_as_its_floor_over_a_30s_win
         assert vm.refresh_buffer(SS.format(rtt=10.0), now=1.0) is True       # 10 ms live, 50 ms floor
     assert vm.rcvbuf == receive_buffer_bytes(0.05, 100e6, vm.config.beta)
     assert caplog.messages[-1] == (f"ns: receive/send buffer {vm.rcvbuf} B (Eq. 1: maxRTT 10.0 ms, NIC 100 Mb/s; "
-                                   "measured sum BW 25.0 Mb/s)")
-    assert vm.refresh_buffer(SS.format(rtt=400.0), now=2.0) is True
+                                   "measured sum BW 25.1 Mb/s)")
+    with caplog.at_level(logging.INFO, logger="bwfabric.agent"):
+        assert vm.refresh_buffer(SS.format(rtt=400.0), now=2.0) is True
     assert vm.rcvbuf == receive_buffer_bytes(0.4, 100e6, vm.config.beta)
+    assert "(Eq. 1: maxRTT 400.0 ms, NIC 100 Mb/s;" in caplog.messages[-1]
     # 400 ms stays the max for 30 s, then the 10 ms samples alone: back to the floor
     assert vm.refresh_buffer(SS.format(rtt=10.0), now=31.0) is False
     assert vm.refresh_buffer(SS.format(rtt=10.0), now=33.0) is True
@@ -1220,3 +1225,40 @@ def test_rates_reach_an_lrc_vm_at_the_agents_clock(tmp_path):
     assert vm.lrc.terms_received == 1 and vm.lrc.rates.pairs["10.9.0.99"].received_at == pytest.approx(
         time.monotonic(), abs=5)
     assert a.rates == {"a": {"10.9.0.99": [5.0, 2.0, 1.0]}} and a.rates_received == 1
+
+
+def test_the_hosts_nic_plan_is_bg_before_wc_at_its_rate():
+    rate = 100e6
+    assert A._nic_plan("eth9", 100.0) == P.Plan(tuple(P.nic_plan("eth9", rate, P.nic_queue_bytes(rate))))
+    assert A._nic_plan("eth9", 100.0).of(P.TcClass)[0].rate_bps == 100_000_000
+    assert A._nic_plan("eth9", 100.0).of(P.TcLeaf)[0].limit_bytes == P.nic_queue_bytes(100e6)
+    assert A._nic_plan("eth9", 10_000.0).of(P.TcLeaf)[0].limit_bytes == 25_000_000      # 20 ms at 10 Gb/s
+
+
+def test_a_vm_of_its_own_namespace_gets_an_executor_of_its_own_beside_the_hosts(tmp_path):
+    from hostagent.executor import Executor
+    host_ex = Executor(state_file=tmp_path / "st" / "executor.json", bpf_pin_dir=tmp_path / "bpffs")
+    a = A.Agent("srv", KEY, tmp_path / "st", executor=host_ex, enter=lambda ns: nullcontext())
+    ex = a._executor_for("t/v1", "ns-v1")
+    assert isinstance(ex, Executor) and ex is not host_ex
+    assert ex.state_file == tmp_path / "st" / "vms" / "t~v1" / "executor.json"
+    assert ex.bpf_pin_dir == tmp_path / "bpffs"
+    plain = A.Agent("srv", KEY, tmp_path / "st2", executor=KernelModel(), enter=lambda ns: nullcontext())
+    assert plain._executor_for("v", "ns").bpf_pin_dir == Executor(state_file=tmp_path / "x.json").bpf_pin_dir
+
+
+def test_main_wires_the_bpf_directory_and_loads_the_bpf_side_when_asked(tmp_path, monkeypatch, caplog):
+    import hostagent.cc as cc
+    key, keyfile = _keyfile(tmp_path)
+    ran = []
+    monkeypatch.setattr(A, "run", lambda agent, server, address: ran.append((agent, address)) or server.close() or 7)
+    monkeypatch.setattr(cc, "load", lambda: {"programs": ["bwf_wc"]})
+    with caplog.at_level(logging.INFO, logger="bwfabric.agent"):
+        assert A.main("h", str(keyfile), f"unix:{tmp_path}/a.sock", str(tmp_path / "st"), load_cc=True,
+                      bpf_dir=str(tmp_path / "bpffs")) == 7
+    agent, address = ran[0]
+    assert agent.executor.bpf_pin_dir == tmp_path / "bpffs" and address == f"unix:{tmp_path}/a.sock"
+    assert caplog.messages == ['BPF side: {"programs": ["bwf_wc"]}']
+    caplog.clear()
+    assert A.main("h", str(keyfile), f"unix:{tmp_path}/b.sock", str(tmp_path / "st")) == 7
+    assert caplog.messages == []                       # no BPF side loaded unless asked
