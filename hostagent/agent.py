@@ -320,7 +320,8 @@ class Vm:
         else:
             differences = self.executor.clean_differences()
         return {"netns": self.netns, "rcvbuf_bytes": self.rcvbuf,
-                "config": None if self.config is None else self.config.model_dump(mode="json"),
+                # (not mutated: the models hold JSON types only, so any dump mode gives the same)
+                "config": None if self.config is None else self.config.model_dump(mode="json"),  # pragma: no mutate
                 "class_bytes": {} if self.config is None else self.executor.class_bytes(self.config.interface),
                 "lrc": None if self.lrc is None else {"pairs": self.lrc.report(time.monotonic()),
                                                       "terms_received": self.lrc.terms_received,
@@ -548,9 +549,8 @@ class Agent:
                 _write_int(self.generation_file, generation)
             return {"ok": True, "changes": changes, "generation": generation, "version": version}
         if msg_type == "rates":
-            generation = body.get("generation") if isinstance(body, dict) else None
-            per_vm = body.get("vms") if isinstance(body, dict) else None
-            flat = body.get("factors") if isinstance(body, dict) else None
+            # (the channel hands over objects only: bwcommon.channel.Receiver.open)
+            generation, per_vm, flat = body.get("generation"), body.get("vms"), body.get("factors")
             if not _count(generation) or not (isinstance(flat, dict) or isinstance(per_vm, dict)):
                 raise PlanError("rates: needs generation (integer) and factors (object; or vms: {VM: factors})")
             if generation < self.max_generation:

@@ -463,6 +463,7 @@ def test_the_ese_and_buffer_loops_go_on_past_a_failing_round_and_end_at_shutdown
         raise OSError("bpf map gone")
     a.ese_round = ese
     th = run_loop(lambda: a.ese_loop(period_s=0.005), lambda: calls["ese"] >= 4)
+    assert calls["ese"] >= 4                            # ese_round itself, per VM
     assert a.ese_loops.as_dict()["ese a"]["errors"] >= 2 and a.ese_loops.as_dict()["ese b"]["errors"] >= 1
     texts = []
 
@@ -1263,3 +1264,133 @@ def test_main_wires_the_bpf_directory_and_loads_the_bpf_side_when_asked(tmp_path
     caplog.clear()
     assert A.main("h", str(keyfile), f"unix:{tmp_path}/b.sock", str(tmp_path / "st")) == 7
     assert caplog.messages == []                       # no BPF side loaded unless asked
+
+
+def test_config_envelopes_are_refused_by_name(tmp_path):
+    good = vms_config("a")
+    assert A.config_envelope({"generation": 2**63 - 1, "version": 0, "config": None}) == (2**63 - 1, 0, None)
+    for body, why in [
+        ([], "a configuration message must be an object"),
+        ({"generation": 1, "version": 1, "config": None, "x": 1},
+         "configuration envelope: unknown keys ['x'] (generation, version, config)"),
+        ({"generation": 2**63, "version": 0, "config": None},
+         "configuration envelope: generation 9223372036854775808 and version 0 must be integers in 0..2^63-1"),
+        ({"generation": 1, "version": -1, "config": None},
+         "configuration envelope: generation 1 and version -1 must be integers in 0..2^63-1"),
+        ({"generation": 1, "version": 1, "config": []}, "configuration envelope: config must be an object or null"),
+        ({"generation": 1, "version": 1, "config": {"vms": {}, "x": 1}},
+         'a configuration of several VMs is {"vms": {name: HostConfig}} and nothing else'),
+    ]:
+        with pytest.raises(P.PlanError) as err:
+            A.config_envelope(body)
+        assert str(err.value) == why
+    with pytest.raises(P.PlanError, match="^a configuration must be an object$"):
+        A._desired([])
+    # a bare HostConfig (manual use): generation 0, version 0
+    gen, ver, desired = A.config_envelope(good["vms"]["a"])
+    assert (gen, ver, list(desired)) == (0, 0, ["a"])
+
+
+def test_every_bad_vm_is_named_and_at_most_max_vms_are_taken():
+    bad = {"vms": {"a": {"host": "srv"}, "b": {"host": "srv"}}}
+    with pytest.raises(P.PlanError) as err:
+        A._desired(bad)
+    assert str(err.value).startswith("vms['a']: ") and "; vms['b']: " in str(err.value)
+    many = {f"v{k}": vms_config("a")["vms"]["a"] | {"vm_id": f"v{k}", "netns": f"n{k}"} for k in range(A.MAX_VMS)}
+    assert len(A._desired({"vms": many})) == A.MAX_VMS
+    with pytest.raises(P.PlanError, match=f"^{A.MAX_VMS + 1} VMs: one agent configures at most {A.MAX_VMS}$"):
+        A._desired({"vms": {**many, "w": many["v0"] | {"vm_id": "w"}}})
+
+
+def test_the_flat_reply_is_the_one_vms_pairs_only(tmp_path):
+    a, models = host(tmp_path, "a")
+    a.vms["a"].lrc = None                             # a host of one VM without LRC
+    reply = Wire(a).ask("rates", {"generation": 0, "factors": {}})
+    assert reply == {"ok": True, "pairs": {}, "vms": {}}
+    b, models = host(tmp_path / "b", "a", "b")
+    b.vms["b"].lrc = None                             # two VMs, one with LRC: no flat form
+    reply = Wire(b).ask("rates", {"generation": 0, "vms": {"a": {}}})
+    assert reply["pairs"] == {} and set(reply["vms"]) == {"a"}
+
+
+def test_bad_terms_are_named_per_vm_only_among_several(tmp_path):
+    a, models = host(tmp_path, "a")
+    one = Wire(a).ask("rates", {"generation": 0, "factors": {"10.9.0.7": [1.0, 1.0, 1.0]}})
+    assert one["error"] == "factors for '10.9.0.7', not a peer of this VM"
+    b, models = host(tmp_path / "b", "a", "b")
+    two = Wire(b).ask("rates", {"generation": 0, "vms": {"a": {"10.9.0.7": [1.0, 1.0, 1.0]},
+                                                         "b": {"10.9.0.8": [1.0, 1.0, 1.0]}}})
+    assert two["error"] == ("VM a: factors for '10.9.0.7', not a peer of this VM; "
+                            "VM b: factors for '10.9.0.8', not a peer of this VM")
+
+
+def test_a_vm_whose_namespace_changed_is_refused_by_name_and_kept(tmp_path):
+    a, models = host(tmp_path, "a")
+    moved = vms_config("a")["vms"]["a"] | {"netns": "ns-x"}
+    reply = Wire(a).ask("config", {"generation": 0, "version": 1, "config": moved})
+    assert reply["ok"] is False
+    assert reply["error"] == "VM a: its network namespace changed (ns-a -> ns-x); remove it first"
+    assert a.vms["a"].netns == "ns-a" and a.vms["a"].config is not None
+
+
+def test_vms_sharing_namespaces_are_all_named(tmp_path):
+    a, models = host(tmp_path)
+    v = vms_config("a", "b", "c", "d")["vms"]
+    cfg4 = {"vms": {"a": v["a"], "b": v["b"] | {"netns": "ns-a"}, "c": v["c"], "d": v["d"] | {"netns": "ns-c"}}}
+    assert Wire(a).ask("config", {"generation": 0, "version": 1, "config": cfg4})["error"] == \
+        "two VMs in one network namespace (ns-a, ns-c; None: the agent's)"
+
+
+def test_two_vms_failing_are_both_named(tmp_path):
+    a, models = host(tmp_path)
+    for n in ("a", "b"):
+        models[n] = KernelModel()
+        models[n].fail_next.add("apply")
+    with a.lock, pytest.raises(ExecError) as err:
+        a._configure(A._desired(vms_config("a", "b")))
+    assert str(err.value).count("applying the configuration failed") == 2 and "; VM b: " in str(err.value)
+
+
+def test_an_equal_generation_does_not_rewrite_the_persisted_one(tmp_path):
+    a, models = host(tmp_path)
+    w = Wire(a)
+    assert w.ask("config", {"generation": 4, "version": 1, "config": None})["ok"] is True
+    a.generation_file = tmp_path / "gone" / "generation"          # writing it now would fail
+    assert w.ask("config", {"generation": 4, "version": 2, "config": None})["ok"] is True
+    assert w.ask("config", {"generation": 5, "version": 0, "config": None})["ok"] is False
+
+
+def test_shutdown_removes_each_vm_inside_its_namespace(tmp_path):
+    entered = []
+
+    class Enter:
+        def __init__(self, ns):
+            entered.append(ns)
+
+        def __enter__(self):
+            return None
+
+        def __exit__(self, *exc):
+            return False
+    a, models = host(tmp_path, "a", "b")
+    a.inside = Enter
+    a.shutdown()
+    assert entered == ["ns-a", "ns-b"]
+
+
+def test_vm_status_shows_lrc_and_ese_as_they_are(tmp_path):
+    vm, ex = vm_with(cfg())
+    ex.class_bytes = lambda dev: {"1:10": 1500} if dev == "ag0" else {}
+    t = time.monotonic()
+    vm.lrc_round(sending(PEER2), now=t)
+    vm.lrc.set_terms({PEER2: [5.0, 1.0, 40.0]}, t)
+    with pytest.raises(Exception):
+        vm.lrc.set_terms({PEER2: [-1.0, 1.0, 40.0]}, t)
+    st = vm.status(lrc_loop={"rounds": 3}, ese_loop={"rounds": 4})
+    assert st["class_bytes"] == {"1:10": 1500}
+    assert st["lrc"] == {"pairs": vm.lrc.report(time.monotonic()), "terms_received": 1, "terms_refused": 1,
+                         "loop": {"rounds": 3}}
+    assert st["lrc"]["pairs"][PEER2]["factor_age_s"] >= 0
+    assert st["ese"] is None
+    vm.ese = type("Closer", (), {"closed": [1, 2], "failed": 1})()
+    assert vm.status(ese_loop={"rounds": 4})["ese"] == {"closed": 2, "not_destroyed": 1, "loop": {"rounds": 4}}
