@@ -1394,3 +1394,44 @@ def test_vm_status_shows_lrc_and_ese_as_they_are(tmp_path):
     assert st["ese"] is None
     vm.ese = type("Closer", (), {"closed": [1, 2], "failed": 1})()
     assert vm.status(ese_loop={"rounds": 4})["ese"] == {"closed": 2, "not_destroyed": 1, "loop": {"rounds": 4}}
+
+
+def test_status_carries_every_field_an_operator_reads(tmp_path):
+    ex = KernelModel()
+    ex.class_bytes = lambda dev: {"1:10": 99}
+    a = A.Agent("ns", KEY, tmp_path / "st", executor=ex, enter=lambda ns: nullcontext())
+    w = Wire(a)
+    w.ask("config", {"generation": 1, "version": 3, "config": cfg().model_dump(mode="json")["vm"]
+                     | cfg().model_dump(mode="json")["settings"]})
+    w.ask("rates", {"generation": 1, "factors": {}})
+    a.ese_loops.run("ese ns", lambda: None)
+    a.vms["ns"].degraded = "rollback failed"
+    st = a.status()
+    assert set(st) == {"host", "rejected", "rcvbuf_bytes", "generation", "version", "rates_received", "connections",
+                       "config", "class_bytes", "lrc", "ese", "in_force", "differences", "degraded", "vms"}
+    assert (st["generation"], st["version"], st["rates_received"]) == (1, 3, 1)
+    assert st["class_bytes"] == {"1:10": 99} and st["degraded"] == "rollback failed" and st["in_force"] is False
+    a.vms["ns"].ese = type("Closer", (), {"closed": [], "failed": 0})()
+    assert a.status()["ese"]["loop"]["rounds"] == 1
+
+
+def test_several_vms_degraded_are_each_named(tmp_path):
+    a, models = host(tmp_path, "a", "b", "c")
+    a.vms["a"].degraded, a.vms["c"].degraded = "x failed", "y failed"
+    assert a.status()["degraded"] == "a: x failed; c: y failed"
+    a.vms["a"].degraded = a.vms["c"].degraded = None
+    assert a.status()["degraded"] is None
+
+
+def test_a_restarted_agent_remembers_its_vms_namespaces_and_removes_them_when_left_out(tmp_path):
+    state = tmp_path / "state"
+    (state / "vms" / "b").mkdir(parents=True)          # a directory an interrupted run left, without vm.json
+    a, models = host(tmp_path, "a", "b")
+    assert json.loads((state / "vms" / "a" / "vm.json").read_text()) == {"name": "a", "netns": "ns-a"}
+    again = {}
+    b = A.Agent("srv", KEY, state, executor=KernelModel(), enter=lambda ns: nullcontext(),
+                executor_factory=lambda name, ns: again.setdefault(name, KernelModel()))
+    assert {n: (v.netns, v.config) for n, v in b.vms.items()} == {"a": ("ns-a", None), "b": ("ns-b", None)}
+    with b.lock:
+        b._dispatch("config", {"generation": 1, "version": 1, "config": vms_config("b")})
+    assert set(b.vms) == {"b"} and again["a"].made("teardown") and not (state / "vms" / "a").exists()
