@@ -40,6 +40,37 @@ if FRAMEWORK == "os_ken":
     from os_ken.ofproto import ofproto_v1_3
 
     BaseApp = app_manager.OSKenApp
+
+    from os_ken.ofproto import ofproto_v1_3_parser as _parser13
+
+    from controller.ofwire import decode_flow_stats
+
+    class DecodedMatch(dict):
+        """A flow entry's match decoded by :mod:`controller.ofwire`: os-ken's
+        field names and values (what ``OFPMatch.items()`` gives), and the
+        match's length on the wire."""
+
+        def __init__(self, fields: dict, length: int):
+            super().__init__(fields)
+            self.length = length
+
+    class AccountingFlowStats(_parser13.OFPFlowStats):
+        """os-ken's flow-statistics entry, decoded by :func:`decode_flow_stats`
+        where that knows every field (LESSOR's accounting entries), by
+        os-ken's own parser otherwise."""
+
+        @classmethod
+        def parser(cls, buf, offset):
+            got = decode_flow_stats(buf, offset)
+            if got is None:
+                return super().parser(buf, offset)
+            fixed, fields, match_length = got
+            (length, table_id, sec, nsec, priority, idle, hard, flags, cookie, packets, octets) = fixed
+            return cls(table_id, sec, nsec, priority, idle, hard, flags, cookie, packets, octets,
+                       DecodedMatch(fields, match_length), [], length)
+
+    # every OFPMP_FLOW reply's entries go through it (os-ken reads the class from here per reply)
+    _parser13.OFPFlowStatsReply.cls_stats_body_cls = AccountingFlowStats
 else:  # pragma: no cover - exercised only where Ryu runs
     from ryu.base import app_manager
     from ryu.controller import ofp_event
