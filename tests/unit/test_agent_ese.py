@@ -6,7 +6,7 @@ for a VM whose tenant runs MPTCP-D."""
 from hostagent import ese
 from hostagent.agent import Agent
 from hostagent.plan import HostConfig
-from tests.unit.agents_inprocess import RecordingExecutor
+from bwtesting.executors import RecordingExecutor
 
 BASE = dict(host="h1", interface="h1-eth0", address="10.0.0.1", nic_mbps=100, guarantee_mbps=10)
 

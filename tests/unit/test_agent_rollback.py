@@ -10,7 +10,7 @@ import pytest
 from hostagent.agent import Agent
 from hostagent.executor import ExecError
 from hostagent.plan import HostConfig
-from tests.unit.agents_inprocess import RecordingExecutor
+from bwtesting.executors import RecordingExecutor
 
 BASE = dict(host="h1", interface="h1-eth0", address="10.0.0.1", nic_mbps=100, guarantee_mbps=10)
 

@@ -25,7 +25,7 @@ from hostagent import agent as A
 from hostagent import plan as P
 from hostagent.executor import ExecError
 from hostagent.lrc import Entry, Timeouts
-from tests.unit.agents_inprocess import KernelModel
+from bwtesting.executors import KernelModel
 
 ME, PEER2, PEER3 = "10.9.0.1", "10.9.0.2", "10.9.0.3"
 PEERS = {PEER2: {"weight": 1.0, "guarantee_mbps": 40}, PEER3: {"weight": 3.0, "guarantee_mbps": 40}}

@@ -11,7 +11,8 @@ import pytest
 
 from hostagent.agent import Agent
 from bwcommon.channel import DEFAULT_MAX_SKEW_S, ChannelError, Receiver, ReplayGuard, Sender, host_key
-from tests.unit.agents_inprocess import MASTER, RecordingExecutor
+from bwtesting.executors import RecordingExecutor
+from tests.unit.agents_inprocess import MASTER
 
 KEY = host_key(MASTER, "h1")
 

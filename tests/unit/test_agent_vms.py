@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hostagent.agent import MAX_VMS, Agent, config_envelope
 from hostagent.executor import ExecError
 from hostagent.plan import PlanError
-from tests.unit.agents_inprocess import RecordingExecutor
+from bwtesting.executors import RecordingExecutor
 
 
 def vm(name, ns, address, g=5.0, **over):
