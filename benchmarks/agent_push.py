@@ -14,7 +14,9 @@ agents confirmed:
 
 Printed per phase: confirmed pushes/s over all live agents, the slowest
 live agent's pushes/s, and the mean delivered period per agent. Run:
-``python -m benchmarks.agent_push --agents 64``.
+``python -m benchmarks.agent_push --agents 64``; 1000 agents at LRC's
+τ_r = 100 ms: ``--agents 1000 --per-process 50 --period-ms 100`` (50 real
+agents per process, benchmarks.agent_host).
 """
 
 from __future__ import annotations
@@ -35,20 +37,35 @@ from controller.tenancy import Endpoint
 from bwcommon.channel import host_key, write_secret
 
 
-def start_agents(workdir: Path, n: int, master: bytes) -> dict[str, subprocess.Popen]:
+def start_agents(workdir: Path, n: int, master: bytes, per_process: int = 1) -> dict[str, subprocess.Popen]:
+    """``n`` agents h1..hN: each a ``bwfabric agent`` daemon of its own
+    (``per_process`` 1), or ``per_process`` real agents in each of
+    n/per_process processes (benchmarks.agent_host: more agents than the
+    machine holds processes). Returns each host's process."""
+    hosts = [f"h{i + 1}" for i in range(n)]
     procs = {}
-    for i in range(n):
-        h = f"h{i + 1}"
-        write_secret(workdir / f"{h}.key", host_key(master, h).hex())
-        procs[h] = subprocess.Popen(
-            [sys.executable, "-m", "bwfabric.cli", "agent", "--host", h, "--key-file", str(workdir / f"{h}.key"),
-             "--listen", f"unix:{workdir}/{h}.sock", "--state-dir", str(workdir / f"state-{h}")],
-            stdout=subprocess.DEVNULL, stderr=open(workdir / f"{h}.log", "w"))
-    deadline = time.monotonic() + 120
-    for h in procs:
+    if per_process == 1:
+        for h in hosts:
+            write_secret(workdir / f"{h}.key", host_key(master, h).hex())
+            procs[h] = subprocess.Popen(
+                [sys.executable, "-m", "bwfabric.cli", "agent", "--host", h, "--key-file", str(workdir / f"{h}.key"),
+                 "--listen", f"unix:{workdir}/{h}.sock", "--state-dir", str(workdir / f"state-{h}")],
+                stdout=subprocess.DEVNULL, stderr=open(workdir / f"{h}.log", "w"))
+    else:
+        write_secret(workdir / "master.key", master.hex())
+        for i in range(0, n, per_process):
+            group = hosts[i:i + per_process]
+            p = subprocess.Popen([sys.executable, "-m", "benchmarks.agent_host", str(workdir),
+                                  str(workdir / "master.key"), *group],
+                                 stdout=subprocess.DEVNULL, stderr=open(workdir / f"{group[0]}.log", "w"))
+            procs.update({h: p for h in group})
+    deadline = time.monotonic() + 300
+    for h in hosts:
         while not (workdir / f"{h}.sock").exists():
             if time.monotonic() > deadline or procs[h].poll() is not None:
-                raise SystemExit(f"agent {h} did not start: {(workdir / f'{h}.log').read_text()[-500:]}")
+                log = next(workdir.glob("*.log")).read_text()[-500:] if per_process > 1 else \
+                    (workdir / f"{h}.log").read_text()[-500:]
+                raise SystemExit(f"agent {h} did not start: {log}")
             time.sleep(0.05)
     return procs
 
@@ -74,15 +91,21 @@ def main(argv=None) -> int:
     ap.add_argument("--agents", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--period-ms", type=float, default=0.0, help="0: offer as fast as the producer can")
+    ap.add_argument("--per-process", type=int, default=1,
+                    help="agents per process (1: each a bwfabric agent daemon; more: benchmarks.agent_host, for "
+                         "1000 agents -- the hung/dead phases then stop one process of them)")
     args = ap.parse_args(argv)
+    if args.agents < 2 or args.per_process < 1 or args.per_process >= args.agents:
+        ap.error("need --agents >= 2 and 1 <= --per-process < --agents")
     workdir = Path(tempfile.mkdtemp(prefix="bwfabric-push-"))
     master = secrets.token_bytes(32)
     procs = {}
     sessions: dict[str, Session] = {}
     try:
         t = time.monotonic()
-        procs = start_agents(workdir, args.agents, master)
-        print(f"{args.agents} agent processes listening after {time.monotonic() - t:.1f} s")
+        procs = start_agents(workdir, args.agents, master, args.per_process)
+        n_procs = len({p.pid for p in procs.values()})
+        print(f"{args.agents} agents in {n_procs} processes listening after {time.monotonic() - t:.1f} s")
         for h in procs:
             sessions[h] = Session(Endpoint(h, f"unix:{workdir}/{h}.sock", None), host_key(master, h),
                                   generation=time.time_ns(), timeout_s=2.0, status_interval_s=60).start()
@@ -92,31 +115,34 @@ def main(argv=None) -> int:
                 raise SystemExit("sessions did not connect")
             time.sleep(0.05)
         hosts = sorted(sessions, key=lambda h: int(h[1:]))
-        victim = hosts[0]
+        victim = procs[hosts[0]]
+        stopped = [h for h in hosts if procs[h] is victim]
+        live = [h for h in hosts if procs[h] is not victim]
+        what = "one" if len(stopped) == 1 else f"{len(stopped)} (one process)"
         period = args.period_ms / 1000
         rows = [("all up", phase(sessions, hosts, args.seconds, period))]
-        os.kill(procs[victim].pid, signal.SIGSTOP)
-        rows.append(("one hung (SIGSTOP)", phase(sessions, hosts[1:], args.seconds, period)))
-        os.kill(procs[victim].pid, signal.SIGKILL)
-        rows.append(("one dead (SIGKILL)", phase(sessions, hosts[1:], args.seconds, period)))
+        os.kill(victim.pid, signal.SIGSTOP)
+        rows.append((f"{what} hung (SIGSTOP)", phase(sessions, live, args.seconds, period)))
+        os.kill(victim.pid, signal.SIGKILL)
+        rows.append((f"{what} dead (SIGKILL)", phase(sessions, live, args.seconds, period)))
         print(f"\nrate-factor pushes confirmed by the agents ({args.agents} agents, {args.seconds:g} s per phase, "
               f"{'as fast as offered' if not period else f'offered every {args.period_ms:g} ms'}):")
-        print(f"{'phase':<22}{'pushes/s':>10}{'slowest live agent/s':>22}{'mean period ms':>16}")
+        print(f"{'phase':<32}{'pushes/s':>10}{'slowest live agent/s':>22}{'mean period ms':>16}")
         for name, r in rows:
-            print(f"{name:<22}{r['pushes_per_s']:>10.0f}{r['slowest_agent_per_s']:>22.1f}{r['mean_period_ms']:>16.1f}")
+            print(f"{name:<32}{r['pushes_per_s']:>10.0f}{r['slowest_agent_per_s']:>22.1f}{r['mean_period_ms']:>16.1f}")
         ratio = rows[1][1]["slowest_agent_per_s"] / rows[0][1]["slowest_agent_per_s"]
         print(f"slowest live agent with one hung / all up: {ratio:.2f}")
     finally:
         for s in sessions.values():
             s.stop(timeout=3)
-        for p in procs.values():
+        for p in {p.pid: p for p in procs.values()}.values():
             try:
                 p.send_signal(signal.SIGCONT)
             except ProcessLookupError:
                 pass
             if p.poll() is None:
                 p.terminate()
-        for p in procs.values():
+        for p in {p.pid: p for p in procs.values()}.values():
             try:
                 p.wait(10)
             except subprocess.TimeoutExpired:
