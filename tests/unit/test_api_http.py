@@ -204,3 +204,67 @@ def test_every_change_that_cannot_be_persisted_is_counted(ctl, monkeypatch):
         assert json.loads(resp.data)["error"] == (f"the change could not be persisted to {ctl.api.state_file}: "
                                                   "No space left on device; nothing changed")
     assert ctl.api.persist_errors == 2
+
+
+def test_serve_takes_an_ipv6_listen_address_its_sessions_and_registers_its_metrics(ctl, monkeypatch):
+    """``[::1]:0``: the port after the last colon, the brackets off the
+    host; the sessions handed over; the request counts registered under
+    the name ``api``."""
+    from controller import metrics
+    monkeypatch.setattr(metrics.COLLECTOR, "providers", dict(metrics.COLLECTOR.providers))   # restored after
+    import copy
+    loaded = copy.copy(ctl.rt.loaded)
+    loaded.cfg = loaded.cfg.model_copy(update={"api": loaded.cfg.api.model_copy(update={"listen": "[::1]:0"})})
+    monkeypatch.setattr(ctl.rt, "loaded", loaded)
+    sessions = object()
+    srv = api_mod.serve(ctl.rt, sessions)
+    try:
+        assert srv.httpd.effective_host == "::1" and srv.app.sessions is sessions
+        assert metrics.COLLECTOR.providers["api"] == srv.app.samples
+    finally:
+        srv.stop()
+
+
+def test_the_server_thread_and_its_connection_limit(ctl):
+    srv = api_mod.Server(api_mod.Api(ctl.rt), "127.0.0.1", 0)
+    try:
+        assert srv.thread.name == "api" and srv.thread.daemon is True
+        assert srv.httpd.adj.connection_limit == api_mod.open_files_for(api_mod.Server.MAX_CONNECTIONS)
+    finally:
+        srv.start().stop()
+
+
+def test_a_port_in_use_is_named(ctl):
+    import socket
+    from controller.launcher import ListenError
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(ListenError) as err:
+            api_mod.Server(api_mod.Api(ctl.rt), "127.0.0.1", port)
+        assert str(err.value) == f"API listener 127.0.0.1:{port}: Address already in use"
+    finally:
+        taken.close()
+
+
+def test_mbps_keeps_six_decimals():
+    assert api_mod._mbps(1_234_567.891) == 1.234568 and api_mod._mbps(None) is None
+
+
+def test_the_open_file_limit_is_raised_towards_the_connections_or_left_where_the_kernel_says(monkeypatch):
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    set_to = []
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (1024, 1 << 20) if what == resource.RLIMIT_NOFILE
+                        else (_ for _ in ()).throw(AssertionError(what)))
+    monkeypatch.setattr(resource, "setrlimit", lambda what, lim: set_to.append((what, lim)))
+    want_new, want_allowed = api_mod.file_limit_plan(8192, 1024, 1 << 20)
+    assert api_mod.open_files_for(8192) == want_allowed
+    assert set_to == [(resource.RLIMIT_NOFILE, (want_new, 1 << 20))]
+
+    def refuse(what, lim):
+        raise ValueError("not allowed")
+    monkeypatch.setattr(resource, "setrlimit", refuse)
+    assert api_mod.open_files_for(8192) == api_mod.file_limit_plan(8192, 1024, 1024)[1]
