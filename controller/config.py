@@ -601,7 +601,7 @@ def set_aside(loaded: Loaded, now: float | None = None) -> Path | None:
     aside = loaded.set_aside
     if aside is None:
         return None
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))          # None: now
     side = aside.state.with_name(f"{aside.state.name}.rejected-{stamp}")
     if aside.tenants is None:                        # unreadable: the file itself moves aside
         os.replace(aside.state, side)
@@ -707,10 +707,10 @@ def reference_markdown() -> str:
                 default = "(section)" if isinstance(d, BaseModel) else f"`{json.dumps(d)}`"
             kind = (f"map of name to {sub.__name__}" if _is_dict(ann) else sub.__name__) if sub else _type_name(ann)
             constraints = " ".join(_constraint(m) for m in f.metadata)
-            rows.append(f"| `{path}` | {kind} {constraints} | {default} | {f.description or ''} |")
+            rows.append(f"| `{path}` | {kind} {constraints} | {default} | {f.description} |")   # every key has one
             if sub:
                 nested.append((sub, path + ("." if not _is_dict(ann) else ".<name>.")))
-        lines.extend([f"## `{prefix.rstrip('.') or '(top level)'}`", "", "| key | type | default | meaning |",
+        lines.extend([f"## `{prefix.removesuffix('.') or '(top level)'}`", "", "| key | type | default | meaning |",
                       "|---|---|---|---|", *rows, ""])
         for sub, p in nested:
             walk(sub, p)

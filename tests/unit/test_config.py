@@ -189,6 +189,23 @@ def test_the_reference_in_docs_is_the_schema():
         "docs/config.md is stale: bwfabric config-reference > docs/config.md"
 
 
+def test_every_key_of_the_reference_says_what_it_means():
+    rows = [line for line in config.reference_markdown().splitlines() if line.startswith("| `")]
+    meanings = [row.rstrip(" |").rsplit(" | ", 1)[1] for row in rows]
+    assert len(rows) > 50 and all(m and m != "None" for m in meanings), [r for r, m in zip(rows, meanings)
+                                                                        if not m or m == "None"]
+    headers = [line for line in config.reference_markdown().splitlines() if line.startswith("## ")]
+    assert headers[0] == "## `(top level)`" and "## `controller`" in headers
+    assert not any(h.endswith(".`") for h in headers)
+
+
+def test_a_topology_file_alone_runs_ecmp_without_priority_queues(tmp_path):
+    from mininet_topos.builders import fattree
+    fattree(4).save(tmp_path / "t.json")
+    loaded = config.for_topology(tmp_path / "t.json")
+    assert (loaded.cfg.controller.routing, loaded.cfg.controller.prio_queues) == ("ecmp", False)
+
+
 _leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
                   st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
 _value = st.recursive(_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
