@@ -268,3 +268,29 @@ def test_the_open_file_limit_is_raised_towards_the_connections_or_left_where_the
         raise ValueError("not allowed")
     monkeypatch.setattr(resource, "setrlimit", refuse)
     assert api_mod.open_files_for(8192) == api_mod.file_limit_plan(8192, 1024, 1024)[1]
+
+
+def test_the_token_file_is_named_when_too_large_or_missing(tmp_path):
+    big = tmp_path / "token"
+    big.write_text("x" * 5000)
+    big.chmod(0o600)
+    with pytest.raises(ValueError) as err:
+        api_mod.read_token(big)
+    assert str(err.value) == f"API token file {big}: 5000 bytes, more than 4096"
+    with pytest.raises(ValueError, match=f"^API token file {tmp_path / 'none'}: cannot read: No such file"):
+        api_mod.read_token(tmp_path / "none")
+
+
+def test_the_fabric_shows_each_direction_of_a_link_its_own_load(ctl, monkeypatch):
+    lk = ctl.rt.loaded.topology.links[0]
+    monkeypatch.setitem(api_mod.PROVIDERS, "link_loads", lambda: {(lk.b, lk.a): 2_500_000.0})
+    got = next(x for x in json.loads(_call(ctl, "GET", "/v1/fabric").data)["links"] if (x["a"], x["b"]) == (lk.a, lk.b))
+    assert got["load_mbps"] == {f"{lk.a}>{lk.b}": None, f"{lk.b}>{lk.a}": 2.5}
+
+
+def test_status_says_no_file_for_a_configuration_built_in_memory(ctl, monkeypatch):
+    import copy
+    loaded = copy.copy(ctl.rt.loaded)
+    loaded.path = None
+    monkeypatch.setattr(ctl.rt, "loaded", loaded)
+    assert json.loads(_call(ctl, "GET", "/v1/status").data)["file"] is None
