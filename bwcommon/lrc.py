@@ -191,8 +191,8 @@ def pair_terms(pairs: Iterable[Pair], vms: Mapping[Hashable, Vm]) -> dict[Pair, 
 def sender_halves(guarantee_mbps: float, receiver_weights: Mapping[Hashable, float]) -> dict[Hashable, float]:
     """Algorithm 1's rule: B_x·w_y/Σ_{X^r} w for every receiver y in X^r
     (they sum to B_x); empty without receivers."""
-    total = sum(receiver_weights.values())
-    return {y: guarantee_mbps * w / total for y, w in receiver_weights.items()} if total else {}
+    total = sum(receiver_weights.values())          # > 0 with any receiver: weights are positive
+    return {y: guarantee_mbps * w / total for y, w in receiver_weights.items()}
 
 
 # ---- Eq. 27 (host) and Eq. 28 ------------------------------------------------------------------------
