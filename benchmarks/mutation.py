@@ -6,6 +6,7 @@ module, not part of CI):
     .venv/bin/pip install mutmut==3.8.1        # a development tool, not a runtime dependency
     .venv/bin/python -m benchmarks.mutation [--modules apps/lessor/pmpt.py,...] [--jobs 2] [--keep DIR]
     .venv/bin/python -m benchmarks.mutation --named     # the issue's twelve named mutants, each alone
+    .venv/bin/python -m benchmarks.mutation --keep DIR --resume [--only 'apps.lessor.pmpt.*' ...]   # go on
 
 Each run works in a scratch copy of the checkout (``git archive HEAD``:
 what is committed, nothing else), configures mutmut there (setup.cfg:
@@ -127,18 +128,22 @@ def table(results: dict[str, dict[str, list[str]]], modules: list[str]) -> list[
     return lines
 
 
-def run(modules: list[str], jobs: int, keep: Path | None) -> int:
+def run(modules: list[str], jobs: int, keep: Path | None, resume: bool = False, only: list[str] = ()) -> int:
+    """A pass in a fresh copy of HEAD; or, with ``resume``, the mutants of
+    ``keep`` (an earlier pass's copy, its code and tests as they were) not
+    run yet -- those matching ``only`` (mutmut's names, ``*`` wildcards)."""
     work = Path(tempfile.mkdtemp(prefix="bwf-mutation-")) if keep is None else keep
-    work.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
-    (work / "setup.cfg").write_text(setup_cfg(modules, "tests/unit"))
+    if not resume:
+        work.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+        (work / "setup.cfg").write_text(setup_cfg(modules, "tests/unit"))
     t0 = time.monotonic()
     mutmut = [sys.executable, "-m", "mutmut"]
     # CI=true: Hypothesis's derandomized profile (tests/conftest.py) -- the examples that decide a mutant
     # killed are the same in the coverage pass, in every mutant's run and in the next pass
     env = {**os.environ, "CI": "true"}
-    proc = subprocess.run([*mutmut, "run", "--max-children", str(jobs)], cwd=work, env=env)
+    proc = subprocess.run([*mutmut, "run", "--max-children", str(jobs), *only], cwd=work, env=env)
     took = time.monotonic() - t0
     res = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True, env=env)
     results = parse_results(res.stdout, modules)
@@ -190,6 +195,10 @@ def main(argv=None) -> int:
     ap.add_argument("--modules", default=",".join(CORE), help="comma-separated module paths (default: the core)")
     ap.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
     ap.add_argument("--keep", type=Path, default=None, help="work here and keep it (mutmut show NAME)")
+    ap.add_argument("--resume", action="store_true", help="go on with --keep DIR's pass (its copy of the code "
+                    "and tests): the mutants not run yet")
+    ap.add_argument("--only", nargs="+", default=[], help="with --resume: only mutants matching these names "
+                    "(e.g. 'apps.lessor.pmpt.*')")
     ap.add_argument("--named", action="store_true", help="only issue #33's twelve named mutants, each alone "
                     "(minutes, no mutmut needed)")
     args = ap.parse_args(argv)
@@ -199,11 +208,15 @@ def main(argv=None) -> int:
     missing = [m for m in modules if not (ROOT / m).is_file()]
     if missing or not modules or args.jobs < 1:
         ap.error(f"need existing module paths and --jobs >= 1 (missing: {', '.join(missing) or 'none'})")
+    if args.resume and (args.keep is None or not (args.keep / "setup.cfg").is_file()):
+        ap.error("--resume needs --keep DIR of an earlier pass")
+    if args.only and not args.resume:
+        ap.error("--only goes with --resume")
     try:
         import mutmut  # noqa: F401
     except ImportError:
         ap.error("mutmut is not installed: .venv/bin/pip install mutmut==3.8.1")
-    return run(modules, args.jobs, args.keep)
+    return run(modules, args.jobs, args.keep, args.resume, args.only)
 
 
 if __name__ == "__main__":
