@@ -69,7 +69,7 @@ def load_secret(path: str | Path, private: bool = False) -> bytes:
             raise ChannelError(f"{path}: mode {mode & 0o777:o} lets others read or change the key; "
                                f"chmod 600 {path}")
     try:
-        key = bytes.fromhex(path.read_bytes().decode("ascii").strip())
+        key = bytes.fromhex(path.read_bytes().decode("ascii").strip())  # pragma: no mutate (codec names: any case)
     except ValueError:  # UnicodeDecodeError is a ValueError too
         raise ChannelError(f"{path}: not a hex key") from None
     if len(key) < 16:
@@ -114,8 +114,9 @@ class Sender:
     clock_ns: Any = None            # default: time.time_ns with the real clock, else the given clock in ns
 
     def seal(self, msg_type: str, body: dict[str, Any]) -> bytes:
+        # (not mutated: time.time_ns() and int(time.time() * 1e9) differ below a float's precision only)
         ns = self.clock_ns() if self.clock_ns is not None else (
-            time.time_ns() if self.clock is time.time else int(self.clock() * 1e9))
+            time.time_ns() if self.clock is time.time else int(self.clock() * 1e9))  # pragma: no mutate
         self.last_seq = max(ns, self.last_seq + 1)
         fields = {"v": VERSION, "host": self.host, "seq": self.last_seq, "ts": self.clock(),
                   "type": msg_type, "body": body}

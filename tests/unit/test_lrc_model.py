@@ -167,6 +167,9 @@ def test_seed_resumes_within_bounds():
     assert lf.r["L"] == pytest.approx(900)                 # μC/w_min
     with pytest.raises(M.LrcError, match="carries no pair"):
         lf.seed("Q", 1.0)
+    with pytest.raises(M.LrcError) as err:
+        lf.seed("L", -1.0)
+    assert str(err.value) == "factor of link 'L' -1.0 must be a positive finite number"
 
 
 def test_seed_floor_is_a_share_of_the_links_pairs_together():
