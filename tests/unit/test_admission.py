@@ -274,3 +274,28 @@ def test_a_cut_describes_itself_and_headroom_lists_every_cut():
     assert one.describe() == "host h1 NIC (1 link, 10 Mb/s per direction)"
     many = next(c for c in cuts.values() if len(c.links) > 1)
     assert many.describe() == f"{many.name} ({len(many.links)} links, {many.capacity_mbps:g} Mb/s per direction)"
+
+
+def test_parallel_links_add_their_capacities_to_a_cut():
+    """Two links between the same switches (a LAG-like pair, 10 + 5 Mb/s):
+    the ToR's uplink cut counts both, and only the ToRs' own groups."""
+    topo = builders.fattree(4)
+    e, a = "e0_0", next(lk.b if lk.a == "e0_0" else lk.a for lk in topo.links
+                        if "e0_0" in (lk.a, lk.b) and "a0_" in lk.a + lk.b)
+    spare_e = max(lk.a_port if lk.a == e else lk.b_port for lk in topo.links if e in (lk.a, lk.b)) + 1
+    spare_a = max(lk.a_port if lk.a == a else lk.b_port for lk in topo.links if a in (lk.a, lk.b)) + 1
+    doubled = dataclasses.replace(topo, links=[*topo.links, Link(e, spare_e, a, spare_a, 5.0)])
+    before = {c.name: c.capacity_mbps for c in admission.cuts(topo)}
+    after = {c.name: c.capacity_mbps for c in admission.cuts(doubled)}
+    assert after[f"ToR {e} uplinks"] == before[f"ToR {e} uplinks"] + 5.0
+    assert {n: v for n, v in after.items() if n != f"ToR {e} uplinks"} == \
+        {n: v for n, v in before.items() if n != f"ToR {e} uplinks"}
+
+
+def test_no_cut_is_all_the_hosts():
+    """A ToR under which every host sits (one-ToR fabric) is no cut: nothing leaves it."""
+    topo = TopologyDescription(
+        name="one-tor", switches=[Switch("e0", 1, "edge", 0), Switch("a0", 2, "aggregation", 0)],
+        hosts=[Host("h1", "10.0.0.1", "00:00:00:00:00:01"), Host("h2", "10.0.0.2", "00:00:00:00:00:02")],
+        links=[Link("h1", 0, "e0", 1, 10.0), Link("h2", 0, "e0", 2, 10.0), Link("e0", 3, "a0", 1, 10.0)])
+    assert [c.kind for c in admission.cuts(topo)] == ["host", "host"]
