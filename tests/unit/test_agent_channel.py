@@ -166,6 +166,10 @@ def test_every_refusal_of_a_message_says_what_is_wrong():
         (_signed(type=1), "type must be a string and body an object"),
         (_signed(ts=60.0), "stale or future message: clock skew 40.0 s > 30 s"),
         (_signed(seq=131 * 10**9), "seq 131000000000 is ahead of this clock by more than 30 s"),
+        (_signed(seq=130 * 10**9 + 1), "seq 130000000001 is ahead of this clock by more than 30 s"),
+        (_signed(seq=2**63), "seq must be an integer in 1..2^63-1"),
+        (_signed(ts="x"), "ts must be a finite number (a NaN would pass any freshness check)"),
+        (_signed(ts=69.99), "stale or future message: clock skew 30.0 s > 30 s"),
     ]
     for raw, words in cases:
         r = C.Receiver(KEY, "h1", clock=lambda: 100.0)
@@ -175,6 +179,9 @@ def test_every_refusal_of_a_message_says_what_is_wrong():
         assert r.guard.last_seq == 0
     r = C.Receiver(KEY, "h1", clock=lambda: 100.0)
     assert r.open(_signed(seq=1)) == ("status", {}) and r.guard.last_seq == 1       # 1 is the first seq
+    # the edges themselves are in: a skew of exactly 30 s, a seq exactly 30 s ahead
+    assert r.open(_signed(seq=2, ts=70.0)) == ("status", {})
+    assert r.open(_signed(seq=130 * 10**9)) == ("status", {}) and r.guard.last_seq == 130 * 10**9
 
 
 def test_a_replay_state_at_the_ceiling_stays_and_one_past_is_brought_back(tmp_path, caplog):
@@ -185,11 +192,12 @@ def test_a_replay_state_at_the_ceiling_stays_and_one_past_is_brought_back(tmp_pa
     ceiling = int((100.0 + DEFAULT_MAX_SKEW_S) * 1e9)
     state.write_text(str(ceiling))
     assert ReplayGuard(state_file=state, clock=lambda: 100.0).last_seq == ceiling
-    state.write_text(str(ceiling + 5 * 10**9))
+    state.write_text(str(ceiling + 5_500_000_000))
     with caplog.at_level(logging.WARNING, logger="bwfabric.agent"):
         g = ReplayGuard(state_file=state, clock=lambda: 100.0)
     assert g.last_seq == ceiling
-    assert [r.getMessage() for r in caplog.records] == [
-        f"replay state {ceiling + 5 * 10**9} is 5 s ahead of this clock; brought back to now + 30 s"]
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        ("bwfabric.agent", f"replay state {ceiling + 5_500_000_000} is 6 s ahead of this clock; brought back to "
+                           "now + 30 s")]
     state.write_text("\n")
     assert ReplayGuard(state_file=state, clock=lambda: 100.0).last_seq == 0         # an empty file: nothing yet
