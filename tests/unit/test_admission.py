@@ -299,3 +299,15 @@ def test_no_cut_is_all_the_hosts():
         hosts=[Host("h1", "10.0.0.1", "00:00:00:00:00:01"), Host("h2", "10.0.0.2", "00:00:00:00:00:02")],
         links=[Link("h1", 0, "e0", 1, 10.0), Link("h2", 0, "e0", 2, 10.0), Link("e0", 3, "a0", 1, 10.0)])
     assert [c.kind for c in admission.cuts(topo)] == ["host", "host"]
+
+
+def test_a_pod_of_two_switches_is_a_cut_and_a_pod_of_one_is_its_tors():
+    sw = [Switch("e0", 1, "edge", 0), Switch("a0", 2, "aggregation", 0), Switch("e1", 3, "edge", 1),
+          Switch("c0", 4, "core")]
+    hosts = [Host(f"h{i}", f"10.0.0.{i}", f"00:00:00:00:00:0{i}") for i in (1, 2, 3)]
+    links = [Link("h1", 0, "e0", 1, 10.0), Link("h2", 0, "e0", 2, 10.0), Link("h3", 0, "e1", 1, 10.0),
+             Link("e0", 3, "a0", 1, 10.0), Link("a0", 2, "c0", 1, 4.0), Link("e1", 2, "c0", 2, 10.0)]
+    got = [(c.kind, c.name, c.capacity_mbps) for c in admission.cuts(TopologyDescription("pods", sw, hosts, links))
+           if c.kind != "host"]
+    assert [g for g in got if g[0] in ("tor", "pod")] == [("tor", "ToR e0 uplinks", 10.0), ("tor", "ToR e1 uplinks", 10.0),
+                                                          ("pod", "pod 0 uplinks", 4.0)]
