@@ -309,5 +309,16 @@ def test_a_pod_of_two_switches_is_a_cut_and_a_pod_of_one_is_its_tors():
              Link("e0", 3, "a0", 1, 10.0), Link("a0", 2, "c0", 1, 4.0), Link("e1", 2, "c0", 2, 10.0)]
     got = [(c.kind, c.name, c.capacity_mbps) for c in admission.cuts(TopologyDescription("pods", sw, hosts, links))
            if c.kind != "host"]
-    assert [g for g in got if g[0] in ("tor", "pod")] == [("tor", "ToR e0 uplinks", 10.0), ("tor", "ToR e1 uplinks", 10.0),
-                                                          ("pod", "pod 0 uplinks", 4.0)]
+    # every link of this fabric is a bridge, and each is a ToR's or the pod's cut already: no bridge cut twice
+    assert got == [("tor", "ToR e0 uplinks", 10.0), ("tor", "ToR e1 uplinks", 10.0), ("pod", "pod 0 uplinks", 4.0)]
+
+
+def test_a_bridge_between_core_switches_is_a_cut_of_its_own():
+    sw = [Switch("e0", 1, "edge", 0), Switch("e1", 2, "edge", 1), Switch("c0", 3, "core"), Switch("c1", 4, "core")]
+    hosts = [Host(f"h{i}", f"10.0.0.{i}", f"00:00:00:00:00:0{i}") for i in (1, 2, 3)]
+    links = [Link("h1", 0, "e0", 1, 10.0), Link("h2", 0, "e1", 1, 10.0), Link("h3", 0, "e1", 2, 10.0),
+             Link("e0", 2, "c0", 1, 10.0), Link("c0", 2, "c1", 1, 3.0), Link("c1", 2, "e1", 3, 10.0)]
+    got = [(c.kind, c.name, sorted(c.hosts), c.capacity_mbps)
+           for c in admission.cuts(TopologyDescription("chain", sw, hosts, links)) if c.kind != "host"]
+    assert got == [("tor", "ToR e0 uplinks", ["h1"], 10.0), ("tor", "ToR e1 uplinks", ["h2", "h3"], 10.0),
+                   ("bridge", "link c0--c1", ["h1"], 3.0)]
