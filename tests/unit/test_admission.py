@@ -322,3 +322,15 @@ def test_a_bridge_between_core_switches_is_a_cut_of_its_own():
            for c in admission.cuts(TopologyDescription("chain", sw, hosts, links)) if c.kind != "host"]
     assert got == [("tor", "ToR e0 uplinks", ["h1"], 10.0), ("tor", "ToR e1 uplinks", ["h2", "h3"], 10.0),
                    ("bridge", "link c0--c1", ["h1"], 3.0)]
+
+
+@pytest.mark.parametrize("mu", [0, 0.0, -0.5, 1.0000001, 2, float("nan"), float("inf"), "0.9", None])
+def test_mu_outside_0_1_is_refused_by_name(mu):
+    with pytest.raises(ValueError) as err:
+        admission.rejections(builders.fattree(4), {}, mu)
+    assert str(err.value) == f"mu {mu!r} must be in (0, 1]"
+
+
+def test_mu_of_one_and_just_above_zero_are_taken():
+    assert admission.rejections(builders.fattree(4), {}, 1.0) == []
+    assert admission.rejections(builders.fattree(4), {}, 1e-9) == []
