@@ -294,3 +294,13 @@ def test_status_says_no_file_for_a_configuration_built_in_memory(ctl, monkeypatc
     loaded.path = None
     monkeypatch.setattr(ctl.rt, "loaded", loaded)
     assert json.loads(_call(ctl, "GET", "/v1/status").data)["file"] is None
+
+
+def test_a_tenant_reads_back_as_put_and_the_puts_etag_is_the_gets(ctl):
+    body = {"vms": {"v": {"host": "h4", "guarantee_mbps": 1.5}}}
+    put = _call(ctl, "PUT", "/v1/tenants/newt", body)
+    assert put.status_code == 200 and put.headers.get("ETag")
+    got = _call(ctl, "GET", "/v1/tenants/newt")
+    assert got.headers["ETag"] == put.headers["ETag"]
+    tenant = json.loads(got.data)
+    assert tenant == api_mod._plain(ctl.rt.loaded.cfg.tenants["newt"]) and tenant["vms"]["v"]["guarantee_mbps"] == 1.5
