@@ -16,7 +16,7 @@ import signal
 import socket
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import pytest
 
@@ -365,6 +365,15 @@ def host(tmp_path, *names):
                                             "peers": {"10.9.0.99": {"weight": 1.0, "guarantee_mbps": 1}}}})
         a._vm(c).put_with_lrc(c)
     return a, models
+
+
+def recorded(entered: list):
+    """A namespace entry that records each namespace entered (none is entered)."""
+    @contextmanager
+    def enter(ns):
+        entered.append(ns)
+        yield
+    return enter
 
 
 def test_rounds_name_their_vm_and_stop_when_the_agent_stops(tmp_path):
@@ -824,18 +833,8 @@ def test_a_vm_whose_state_directory_is_gone_is_still_forgotten(tmp_path):
 
 def test_rounds_and_applies_run_inside_the_vms_namespace(tmp_path):
     entered = []
-
-    class Enter:
-        def __init__(self, ns):
-            self.ns = ns
-
-        def __enter__(self):
-            entered.append(self.ns)
-
-        def __exit__(self, *exc):
-            return False
     a, models = host(tmp_path, "a", "b")
-    a.inside = Enter
+    a.inside = recorded(entered)
     c = a.vms["b"].config
     a.put_in_force(c, 4242)
     assert entered == ["ns-b"] and a.vms["b"].rcvbuf == 4242
@@ -862,18 +861,8 @@ def test_the_ese_round_runs_for_the_named_vm(tmp_path, monkeypatch):
 
 def test_the_buffer_loop_runs_ss_inside_each_vms_namespace(tmp_path):
     entered = []
-
-    class Enter:
-        def __init__(self, ns):
-            self.ns = ns
-
-        def __enter__(self):
-            entered.append(self.ns)
-
-        def __exit__(self, *exc):
-            return False
     a, models = host(tmp_path, "a", "b")
-    a.inside = Enter
+    a.inside = recorded(entered)
     th = run_loop(lambda: a.buffer_loop(period_s=0.005), lambda: {"ns-a", "ns-b"} <= set(entered))
     a.shutdown()
     th.join(5)
@@ -1124,17 +1113,7 @@ def test_removing_vms_inside_their_namespaces_names_a_failure_and_keeps_the_rest
     with a.lock:
         a._dispatch("config", {"generation": 1, "version": 1, "config": vms_config("a", "b", "c")})
     entered = []
-
-    class Enter:
-        def __init__(self, ns):
-            entered.append(ns)
-
-        def __enter__(self):
-            return None
-
-        def __exit__(self, *exc):
-            return False
-    a.inside = Enter
+    a.inside = recorded(entered)
     models["b"].leftovers = ["tc qdisc eth0"]
     with a.lock, pytest.raises(ExecError) as err:
         a._configure(A._desired(vms_config("c")))
@@ -1362,18 +1341,8 @@ def test_an_equal_generation_does_not_rewrite_the_persisted_one(tmp_path):
 
 def test_shutdown_removes_each_vm_inside_its_namespace(tmp_path):
     entered = []
-
-    class Enter:
-        def __init__(self, ns):
-            entered.append(ns)
-
-        def __enter__(self):
-            return None
-
-        def __exit__(self, *exc):
-            return False
     a, models = host(tmp_path, "a", "b")
-    a.inside = Enter
+    a.inside = recorded(entered)
     a.shutdown()
     assert entered == ["ns-a", "ns-b"]
 
