@@ -37,15 +37,15 @@ class _Datapath:
     ofproto, ofproto_parser = ofp, parser
 
 
-def _entry(match: parser.OFPMatch, byte_count: int, seconds: int) -> bytes:
-    """One ofp_flow_stats: the fixed part, the match, no instructions."""
+def flow_entry(match: parser.OFPMatch, byte_count: int, seconds: int = 7, instructions: bytes = b"") -> bytes:
+    """One ofp_flow_stats: the fixed part (every field set, none zero
+    where a decoder could confuse two), the match, ``instructions``."""
     body = bytearray()
-    match_len = match.serialize(body, 0)
-    length = ofp.OFP_FLOW_STATS_0_SIZE + len(body)
-    fixed = struct.pack(ofp.OFP_FLOW_STATS_0_PACK_STR, length, 1, seconds, 0, 100, 10, 0, 0,
-                        0x0200_0000_0000_0000, byte_count // 1500, byte_count)
-    assert match_len <= len(body)
-    return fixed + bytes(body)
+    match.serialize(body, 0)
+    length = ofp.OFP_FLOW_STATS_0_SIZE + len(body) + len(instructions)
+    fixed = struct.pack(ofp.OFP_FLOW_STATS_0_PACK_STR, length, 2, seconds, 9, 100, 10, 0, 1,
+                        0x0200_0000_0000_0001, byte_count // 1500, byte_count)
+    return fixed + bytes(body) + instructions
 
 
 MAX_MESSAGE = 65535        # an OpenFlow message's length is 16 bits: a switch splits a long reply
@@ -57,7 +57,7 @@ def reply_bytes(entries: list[tuple[parser.OFPMatch, int]], xid: int = 7, second
     parts, chunk, size = [], [], 0
     room = MAX_MESSAGE - ofp.OFP_HEADER_SIZE - struct.calcsize(ofp.OFP_MULTIPART_REPLY_PACK_STR)
     for m, b in entries:
-        one = _entry(m, b, seconds)
+        one = flow_entry(m, b, seconds)
         if size + len(one) > room:
             parts.append(chunk)
             chunk, size = [], 0

@@ -19,12 +19,7 @@ from mininet_topos.builders import fattree
 
 
 def _entry(match, byte_count=123456, instructions=b""):
-    body = bytearray()
-    match.serialize(body, 0)
-    length = ofp.OFP_FLOW_STATS_0_SIZE + len(body) + len(instructions)
-    fixed = struct.pack(ofp.OFP_FLOW_STATS_0_PACK_STR, length, 2, 7, 9, 100, 10, 0, 1, 0x0200_0000_0000_0001,
-                        byte_count // 1500, byte_count)
-    return fixed + bytes(body) + instructions
+    return B.flow_entry(match, byte_count, instructions=instructions)
 
 
 def osken(raw):
