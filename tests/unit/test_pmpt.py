@@ -214,3 +214,14 @@ def test_kept_flows_stay_on_their_paths_and_are_named_in_the_placement():
     b = pmpt([*kept, LongFlow("n", "e0_0", "e1_0", 10e6), LongFlow("m", "e0_0", "e1_0", 10e6)], pd)
     assert b.flow_path["k1"] == p and b.placement.startswith("2 flows kept; ") and \
         b.placement != "2 flows kept; no other flows"
+
+
+def test_warm_up_enumerates_only_the_pairs_it_places():
+    """The LESSOR app warms the kernels up at start: on a k = 16 fabric
+    (128 ToRs, 16 256 ordered pairs) it must enumerate paths for the six
+    pairs it places, not every pair's first (that kept a k = 32 controller
+    from starting for most of an hour)."""
+    from apps.lessor.pmpt import warm_up
+    pd = PathDictionary(NetworkView(builders.fattree(16, link_mbps=10)))
+    warm_up(pd)
+    assert 1 <= len(pd._paths) <= 7       # the six pairs' and nothing more
