@@ -225,3 +225,104 @@ def test_warm_up_enumerates_only_the_pairs_it_places():
     pd = PathDictionary(NetworkView(builders.fattree(16, link_mbps=10)))
     warm_up(pd)
     assert 1 <= len(pd._paths) <= 7       # the six pairs' and nothing more
+
+
+def _scaled_instance(k, seed, n, cap_spread=None):
+    """PMPT's scaled problem on a k fat-tree: (groups, flat arrays, cut bound, demands, links used, capacities)."""
+    import numpy as np
+
+    from apps.lessor.pmpt import _cut_bound, _flatten, _groups
+    view = NetworkView(builders.fattree(k, link_mbps=10))
+    pd = PathDictionary(view)
+    cap = np.array(pd.capacity)
+    if cap_spread is not None:
+        cap *= np.random.default_rng(seed).uniform(cap_spread, 1.0, len(cap))
+    flows = [f for f in _random_flows(view, random.Random(seed), n) if f.src_tor != f.dst_tor]
+    groups, _, _ = _groups(flows, pd, cap)
+    path_links, path_hops, group_start, _ = _flatten(groups)
+    scale = _cut_bound(groups, pd, cap)
+    used = np.unique(np.concatenate([g.idx.ravel() for g in groups]))
+    return groups, (path_links, path_hops, group_start), scale, np.array([g.demand * scale for g in groups]), used, cap
+
+
+def test_a_clos_of_equal_links_is_certified_by_its_even_split_without_a_phase():
+    """Demands within the ToRs' capacities on a fat-tree of equal links:
+    splitting every ToR pair evenly over its paths meets the ToR cut bound
+    exactly, so PMPT returns it certified and runs no Garg-Koenemann phase
+    (at k = 32 with 8192 flows the phases took 14 s of a 41 s decision)."""
+    from bwtesting.lp import max_concurrent_flow_lp
+    for seed in (1, 2, 3):
+        view = NetworkView(builders.fattree(4, link_mbps=10))
+        pd = PathDictionary(view)
+        flows = _random_flows(view, random.Random(seed), 12)
+        a = pmpt(flows, pd)
+        assert (a.phases, a.steps, a.stopped_by) == (0, 0, "certified gap")
+        assert a.lam == pytest.approx(a.upper_bound, rel=1e-12)
+        assert a.lam == pytest.approx(max_concurrent_flow_lp(flows, pd).lam, rel=1e-6)
+        for paths in a.group_paths.values():       # every candidate path carries an equal part
+            assert len({round(bw, 6) for _, bw in paths}) == 1 and len(paths) in (2, 4)
+
+
+def test_the_fptas_returns_one_consistent_flow_and_a_bound_below_the_cut():
+    """Whatever primal _fptas returns (every phase's flow, or a window of the
+    later phases): its x routes the same whole number of phases of every
+    group's demand, its load is that x's, its lambda is that number over
+    the congestion, and lambda <= the dual bound <= 1 (the cut bound).
+    Across these instances a window is chosen at least once (it is why the
+    search stops tens of phases early), and the every-phase flow too."""
+    import numpy as np
+
+    from apps.lessor.pmpt import _fptas, _path_load
+    kinds = set()
+    for seed, spread in [(0, 0.3), (1, 0.3), (2, 0.3), (3, None), (4, None), (5, 0.9)]:
+        groups, (pl, ph, gs), scale, demand, used, cap = _scaled_instance(8, seed, 40, cap_spread=spread)
+        bottleneck = np.concatenate([g.bottleneck for g in groups])
+        first = (0.0, np.zeros(len(ph)), np.zeros(len(cap)))
+        lam, x, load, phases, steps, ub, why = _fptas(demand, gs, pl, ph, bottleneck, cap, used, 0.05, 5000,
+                                                      math.log(len(used) / 0.95) / 0.05, first)
+        routed = np.add.reduceat(x, gs[:-1]) / demand
+        n = round(float(routed[0]))
+        assert n >= 1 and np.allclose(routed, n, rtol=1e-9), routed
+        assert np.allclose(load, _path_load(x, pl, ph, len(cap)))
+        assert lam == pytest.approx(n / float((load[used] / cap[used]).max()), rel=1e-12)
+        assert lam <= ub * (1 + 1e-12) and ub <= 1.0
+        assert why == "certified gap" and lam >= 0.95 * ub * (1 - 1e-12) and steps >= phases
+        kinds.add("window" if n < phases else "every phase")
+    assert kinds == {"window", "every phase"}, kinds
+
+
+def test_the_fptas_keeps_a_first_primal_that_no_phase_beats():
+    """``first`` is returned when it is the best primal: PMPT hands the even
+    split in, and a run that stops by max_phases keeps it."""
+    import numpy as np
+
+    from apps.lessor.pmpt import _fptas
+    groups, (pl, ph, gs), scale, demand, used, cap = _scaled_instance(8, 1, 40, cap_spread=0.3)
+    bottleneck = np.concatenate([g.bottleneck for g in groups])
+    args = (demand, gs, pl, ph, bottleneck, cap, used, 0.05, 1, math.log(len(used) / 0.95) / 0.05)
+    lam1, x1, _, _, _, ub1, why = _fptas(*args, (0.0, None, None))
+    assert why == "max phases" and x1 is not None and lam1 < 0.9 * ub1     # one phase: far from certified
+    x0, load0 = np.full(len(ph), 0.5), np.full(len(cap), 0.5)
+    lam, x, load, phases, _, _, why = _fptas(*args, (1.01 * lam1, x0, load0))
+    assert (lam, phases, why) == (1.01 * lam1, 1, "max phases") and x is x0 and load is load0
+
+
+def test_placement_stops_at_the_floor_no_one_path_routing_goes_below():
+    """A 10 Mb/s flow on 10 Mb/s links puts some link at utilisation 1
+    whatever the routing, though the fractional optimum leaves every link
+    below (1 + eps) / lambda < 1: the greedy reaching 1 is final -- no
+    negotiation round runs (at k = 32 they and the bottleneck search spent
+    25 s on a peak they could not lower)."""
+    from apps.lessor.placement import integral_floor
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    flows = [LongFlow("big", "e0_0", "e1_0", 10e6), LongFlow("s1", "e0_1", "e2_0", 1e6),
+             LongFlow("s2", "e2_1", "e3_0", 2e6), LongFlow("s3", "e3_1", "e0_0", 1e6)]
+    a = pmpt(flows, pd)
+    assert (1 + 0.05) / a.lam < 1.0
+    assert a.placement == "greedy" and a.integral_lam == pytest.approx(1.0)
+    groups = [g for g in __import__("apps.lessor.pmpt", fromlist=["_groups"])._groups(flows, pd, pd.capacity)[0]]
+    order = [(gi, f) for gi, g in enumerate(groups) for f in g.flows]
+    assert integral_floor(groups, order) == pytest.approx(1.0)
+    assert integral_floor(groups, [o for o in order if o[1].key != "big"]) == pytest.approx(0.2)
+    assert integral_floor(groups, []) == 0.0
