@@ -63,7 +63,7 @@ NAMED = (
     ("non-adjacent duplicate YAML keys pass", "controller/config.py",
      "            seen.add(key)\n", "            seen = {key}\n", "tests/unit/test_config.py"),
     ("PMPT stops at 1 - 2 epsilon", "apps/lessor/pmpt.py",
-     "if lam_scaled >= (1 - epsilon) * best_ub:", "if lam_scaled >= (1 - 2 * epsilon) * best_ub:",
+     "if best[0] >= (1 - epsilon) * best_ub:", "if best[0] >= (1 - 2 * epsilon) * best_ub:",
      "tests/unit/test_pmpt.py"),
     ("the host's v is not capped at the NIC", "hostagent/pair_rates.py",
      "p.v_floor_mbps,\n                                    self.nic_mbps)",

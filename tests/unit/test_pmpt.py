@@ -326,3 +326,19 @@ def test_placement_stops_at_the_floor_no_one_path_routing_goes_below():
     assert integral_floor(groups, order) == pytest.approx(1.0)
     assert integral_floor(groups, [o for o in order if o[1].key != "big"]) == pytest.approx(0.2)
     assert integral_floor(groups, []) == 0.0
+
+
+def test_an_even_split_short_of_the_certificate_runs_phases():
+    """With a0_0-c1 down, splitting these four pairs evenly reaches 12/13 of
+    the cut bound (0.923 < 1 - eps): the phases run until the certificate
+    holds, and the answer is the LP's within eps."""
+    from bwtesting.lp import max_concurrent_flow_lp
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    view.set_link_state("a0_0", "c1", False)
+    flows = [LongFlow(0, "e2_0", "e3_1", 1e6), LongFlow(1, "e1_1", "e1_0", 1e6), LongFlow(2, "e3_0", "e1_1", 3e6),
+             LongFlow(3, "e0_1", "e1_1", 1e6)]
+    a = pmpt(flows, pd)
+    assert a.phases >= 1 and a.stopped_by == "certified gap" and a.lam >= 0.95 * a.upper_bound
+    lp = max_concurrent_flow_lp(flows, pd).lam
+    assert 0.95 * lp <= a.lam <= lp * (1 + 1e-9)
