@@ -111,6 +111,16 @@ def negotiate(flow_group, flow_demand, flow_path, group_start, path_links, path_
                 history[e] += history_step * (load[e] - limit[e]) / cap[e]
         for f in range(flow_group.shape[0]):
             q = flow_path[f]
+            # only flows on a link over its limit, or one that has been: the others' cheapest path is
+            # where they are (every link of it costs 1, the least a link can)
+            contested = False
+            for h in range(path_hops[q]):
+                e = path_links[q, h]
+                if history[e] > 0.0 or load[e] > limit[e] * (1 + 1e-9):
+                    contested = True
+                    break
+            if not contested:
+                continue
             d = flow_demand[f]
             for h in range(path_hops[q]):
                 load[path_links[q, h]] -= d
