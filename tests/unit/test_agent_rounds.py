@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+import types
 from contextlib import contextmanager, nullcontext
 
 import pytest
@@ -1347,7 +1348,7 @@ def test_shutdown_removes_each_vm_inside_its_namespace(tmp_path):
     assert entered == ["ns-a", "ns-b"]
 
 
-def test_vm_status_shows_lrc_and_ese_as_they_are(tmp_path):
+def test_vm_status_shows_lrc_and_ese_as_they_are(tmp_path, monkeypatch):
     vm, ex = vm_with(cfg())
     ex.class_bytes = lambda dev: {"1:10": 1500} if dev == "ag0" else {}
     t = time.monotonic()
@@ -1355,9 +1356,14 @@ def test_vm_status_shows_lrc_and_ese_as_they_are(tmp_path):
     vm.lrc.set_terms({PEER2: [5.0, 1.0, 40.0]}, t)
     with pytest.raises(Exception):
         vm.lrc.set_terms({PEER2: [-1.0, 1.0, 40.0]}, t)
+    now = time.monotonic() + 0.5
+    # the status reads the clock once; the expected report is taken at that same instant (two clock reads
+    # apart made the factor's age differ now and then)
+    monkeypatch.setattr(A, "time", types.SimpleNamespace(monotonic=lambda: now))
     st = vm.status(lrc_loop={"rounds": 3}, ese_loop={"rounds": 4})
+    monkeypatch.undo()
     assert st["class_bytes"] == {"1:10": 1500}
-    assert st["lrc"] == {"pairs": vm.lrc.report(time.monotonic()), "terms_received": 1, "terms_refused": 1,
+    assert st["lrc"] == {"pairs": vm.lrc.report(now), "terms_received": 1, "terms_refused": 1,
                          "loop": {"rounds": 3}}
     assert st["lrc"]["pairs"][PEER2]["factor_age_s"] >= 0
     assert st["ese"] is None
