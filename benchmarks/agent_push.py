@@ -13,7 +13,12 @@ agents confirmed:
 - ``one dead``: that agent killed (connection refused from then on).
 
 Printed per phase: confirmed pushes/s over all live agents, the slowest
-live agent's pushes/s, and the mean delivered period per agent. Run:
+live agent's pushes/s, the mean delivered period per agent, and the
+controller side's CPU per confirmed push (this process's process time:
+the sessions and the producer; the agents are other processes) with the
+pushes/s one controller core would sustain at that cost -- on this machine
+the agents share the controller's two cores, on a fabric they run on their
+hosts. Run:
 ``python -m benchmarks.agent_push --agents 64``; 1000 agents at LRC's
 τ_r = 100 ms: ``--agents 1000 --per-process 50 --period-ms 100`` (50 real
 agents per process, benchmarks.agent_host).
@@ -72,6 +77,7 @@ def start_agents(workdir: Path, n: int, master: bytes, per_process: int = 1) -> 
 
 def phase(sessions: dict[str, Session], live: list[str], seconds: float, period_s: float) -> dict:
     before = {h: sessions[h].state()["rate_pushes"] for h in sessions}
+    cpu0 = time.process_time()          # this process is the controller's side: sessions and producer
     t0 = time.monotonic()
     k = 0
     while time.monotonic() - t0 < seconds:
@@ -80,10 +86,15 @@ def phase(sessions: dict[str, Session], live: list[str], seconds: float, period_
             s.push_rates({"factors": {"k": k}})
         time.sleep(max(0.0, t0 + k * period_s - time.monotonic()))
     dt = time.monotonic() - t0
+    cpu = time.process_time() - cpu0
     got = {h: sessions[h].state()["rate_pushes"] - before[h] for h in sessions}
     rates = [got[h] / dt for h in live]
+    pushes = sum(got[h] for h in live)
     return {"pushes_per_s": sum(rates), "slowest_agent_per_s": min(rates), "offered_per_agent_per_s": k / dt,
-            "mean_period_ms": 1000 * len(live) * dt / max(1, sum(got[h] for h in live))}
+            "mean_period_ms": 1000 * len(live) * dt / max(1, pushes),
+            # what the agents' machines do not pay for: the controller's CPU per confirmed push
+            "controller_cpu_ms_per_push": 1000 * cpu / max(1, pushes),
+            "pushes_per_controller_core_s": pushes / cpu if cpu > 0 else float("inf")}
 
 
 def main(argv=None) -> int:
@@ -127,9 +138,11 @@ def main(argv=None) -> int:
         rows.append((f"{what} dead (SIGKILL)", phase(sessions, live, args.seconds, period)))
         print(f"\nrate-factor pushes confirmed by the agents ({args.agents} agents, {args.seconds:g} s per phase, "
               f"{'as fast as offered' if not period else f'offered every {args.period_ms:g} ms'}):")
-        print(f"{'phase':<32}{'pushes/s':>10}{'slowest live agent/s':>22}{'mean period ms':>16}")
+        print(f"{'phase':<32}{'pushes/s':>10}{'slowest live agent/s':>22}{'mean period ms':>16}"
+              f"{'ctl CPU ms/push':>17}{'per ctl core/s':>16}")
         for name, r in rows:
-            print(f"{name:<32}{r['pushes_per_s']:>10.0f}{r['slowest_agent_per_s']:>22.1f}{r['mean_period_ms']:>16.1f}")
+            print(f"{name:<32}{r['pushes_per_s']:>10.0f}{r['slowest_agent_per_s']:>22.1f}{r['mean_period_ms']:>16.1f}"
+                  f"{r['controller_cpu_ms_per_push']:>17.3f}{r['pushes_per_controller_core_s']:>16.0f}")
         ratio = rows[1][1]["slowest_agent_per_s"] / rows[0][1]["slowest_agent_per_s"]
         print(f"slowest live agent with one hung / all up: {ratio:.2f}")
     finally:
