@@ -24,10 +24,10 @@ protocol leaves the controller the machine's other core.
 
 Printed per k: switches connected and handshaken, the time to connect them
 all, the flow-mods (with groups and meters) received and their rate over
-the install burst after connection, each ToR's polling period (median and
+the busiest 5 s (the install burst as switches connect), each ToR's polling period (median and
 90th percentile of the gaps between its flow-statistics requests, over the
-run's second half) against the configured minimum, and the controller's
-CPU (one core = 1.0).
+run's last ``--window`` seconds; ToRs polled twice or more in it) against
+the configured minimum, and the controller's CPU (one core = 1.0).
 
     python -m benchmarks.switch_swarm [--k 4 8 16] [--seconds 40] [--flows-per-tor 64]
 """
@@ -39,6 +39,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -194,14 +195,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_controller(k: int, workdir: Path, min_period_s: float) -> tuple[subprocess.Popen, int]:
+def start_controller(k: int, workdir: Path, min_period_s: float,
+                     log_level: str = "WARNING") -> tuple[subprocess.Popen, int]:
     """The product's controller on a k fat-tree, LESSOR routing, polling
     from its minimum period; (process, OpenFlow port) once it listens."""
     fattree(k).save(workdir / "topology.json")
     port = free_port()
     conf = {"version": 1, "fabric": {"topology": "topology.json"},
             "controller": {"openflow": {"listen": "127.0.0.1", "port": port}, "routing": "lessor",
-                           "log_level": "WARNING"},
+                           "log_level": log_level},
             "lessor": {"polling": {"initial_s": min_period_s, "min_s": min_period_s, "max_s": 60.0}}}
     (workdir / "bwfabric.json").write_text(json.dumps(conf))
     proc = subprocess.Popen([sys.executable, "-m", "bwfabric.cli", "controller", "--config", "bwfabric.json"],
@@ -244,10 +246,15 @@ def _quantile(xs: list[float], q: float) -> float | None:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def run(k: int, seconds: float = 40.0, flows_per_tor: int = 64, min_period_s: float = 0.5) -> dict:
+def run(k: int, seconds: float = 40.0, flows_per_tor: int = 64, min_period_s: float = 0.5,
+        window_s: float | None = None, log_to: Path | None = None) -> dict:
+    """One swarm of a k fat-tree for ``seconds``; the polling periods are
+    measured over the last ``window_s`` (default: the second half). With
+    ``log_to``, the controller logs at INFO into that file."""
+    window_s = seconds / 2 if window_s is None else window_s
     switches = switches_of(k, flows_per_tor)
     with tempfile.TemporaryDirectory(prefix="bwf-swarm-") as tmp:
-        proc, port = start_controller(k, Path(tmp), min_period_s)
+        proc, port = start_controller(k, Path(tmp), min_period_s, "INFO" if log_to else "WARNING")
         try:
             t_start = time.monotonic()
             cpu = asyncio.run(_swarm(switches, port, seconds, psutil.Process(proc.pid)))
@@ -260,28 +267,35 @@ def run(k: int, seconds: float = 40.0, flows_per_tor: int = 64, min_period_s: fl
                 proc.kill()
                 proc.wait()
         log_tail = (Path(tmp) / "controller.log").read_text()[-3000:]
+        if log_to is not None:
+            shutil.copy(Path(tmp) / "controller.log", log_to)
     st = [s.stats for s in switches]
     connected = [s.connected_at for s in st if s.connected_at is not None]
     handshaken = [s.handshaken_at for s in st if s.handshaken_at is not None]
     mod_times = sorted(t for s in st for t in s.mod_times)
-    # the install burst: the mods that follow the connections (routing's rules), up to the first ToR poll
-    polls = sorted(t for s in st for t in s.polls)
-    burst = [t for t in mod_times if not polls or t <= polls[0]]
+    # mods/s: the busiest 5 s (the install burst as switches connect: routing's rules) and the last window's
+    bins = [0] * (int(seconds) + 2)
+    for t in mod_times:
+        bins[min(len(bins) - 1, max(0, int(t - t_start)))] += 1
+    peak5 = max((sum(bins[i:i + 5]) for i in range(max(1, len(bins) - 4))), default=0) / 5
+    in_window = [t for t in mod_times if t >= t_start + seconds - window_s]
+    cpu_window = cpu[-int(window_s):] if window_s >= 1 else []
     gaps = [b - a for sw in switches if sw.entries for a, b in zip(sw.stats.polls, sw.stats.polls[1:])
-            if a >= t_start + seconds / 2]
+            if a >= t_start + seconds - window_s]
     tors = [sw for sw in switches if sw.entries]
     return {"k": k, "switches": len(switches), "tors": len(tors), "flows_per_tor": flows_per_tor,
             "connected": len(connected), "handshaken": len(handshaken),
             "connect_all_s": round(max(handshaken) - t_start, 3) if handshaken else None,
             "flow_mods": sum(s.mods["flow"] for s in st), "group_mods": sum(s.mods["group"] for s in st),
             "meter_mods": sum(s.mods["meter"] for s in st),
-            "burst_mods": len(burst),
-            "burst_mods_per_s": round(len(burst) / (burst[-1] - burst[0]), 1) if len(burst) > 1 and burst[-1] > burst[0] else None,
-            "tors_polled": sum(1 for sw in tors if len(sw.stats.polls) >= 2),
+            "mods_per_s_peak5": peak5, "window_mods_per_s": round(len(in_window) / window_s, 1),
+            "tors_polled": sum(1 for sw in tors if len([t for t in sw.stats.polls if t >= t_start + seconds - window_s]) >= 2),
+            "window_s": window_s,
             "min_period_s": min_period_s,
             "period_median_s": None if not gaps else round(statistics.median(gaps), 3),
             "period_p90_s": None if not gaps else round(_quantile(gaps, 0.9), 3),
             "controller_cpu_median": None if not cpu else round(statistics.median(cpu), 3),
+            "controller_cpu_window_median": None if not cpu_window else round(statistics.median(cpu_window), 3),
             "controller_alive": alive, "errors": sum(s.errors for s in st), "unknown": sum(s.unknown for s in st),
             "log_tail": log_tail if not alive or any(s.errors for s in st) else ""}
 
@@ -292,15 +306,20 @@ def main(argv=None) -> None:
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--flows-per-tor", type=int, default=64)
     ap.add_argument("--min-period", type=float, default=0.5)
+    ap.add_argument("--log", type=Path, default=None, help="the controller's log (at INFO) copied here")
+    ap.add_argument("--window", type=float, default=None, help="polling measured over the last WINDOW s "
+                    "(default: the second half)")
     args = ap.parse_args(argv)
-    print(f"{'k':>3} {'switches':>8} {'handshaken':>10} {'connect s':>9} {'mods':>7} {'burst mods/s':>12} "
-          f"{'ToRs polled':>11} {'period med/p90 s':>16} {'ctl CPU':>7}")
+    print(f"{'k':>3} {'switches':>8} {'handshaken':>10} {'connect s':>9} {'mods':>7} {'peak mods/s':>11} "
+          f"{'ToRs polled':>11} {'period med/p90 s':>16} {'mods/s':>7} {'ctl CPU':>7}  (last --window s: "
+          "ToRs polled, their period, mods/s, controller CPU)")
     for k in args.k:
-        r = run(k, args.seconds, args.flows_per_tor, args.min_period)
+        r = run(k, args.seconds, args.flows_per_tor, args.min_period, args.window, args.log)
         per = f"{r['period_median_s']}/{r['period_p90_s']}"
         print(f"{k:>3} {r['switches']:>8} {r['handshaken']:>10} {r['connect_all_s']!s:>9} "
-              f"{r['flow_mods'] + r['group_mods'] + r['meter_mods']:>7} {r['burst_mods_per_s']!s:>12} "
-              f"{r['tors_polled']:>5} of {r['tors']:<3} {per:>16} {r['controller_cpu_median']!s:>7}", flush=True)
+              f"{r['flow_mods'] + r['group_mods'] + r['meter_mods']:>7} {r['mods_per_s_peak5']:>11.0f} "
+              f"{r['tors_polled']:>5} of {r['tors']:<3} {per:>16} {r['window_mods_per_s']:>7.0f} "
+              f"{r['controller_cpu_window_median']!s:>7}", flush=True)
         print(json.dumps(r), flush=True)
 
 

@@ -1,0 +1,145 @@
+"""The configuration loader's edges that the broad tests left open
+(mutation testing, issue #33): a relative topology found beside the file it
+is named in, whatever the working directory; the operator's own mapping kept
+as ``raw``; the digest; the exact words of the agents' problems and of YAML
+errors; the size bound's edge."""
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller import config
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = yaml.safe_load((ROOT / "examples" / "fattree4.yaml").read_text())
+
+
+def _beside(tmp_path, data=None, name="bwfabric.yaml") -> Path:
+    """A config file naming its topology relative to itself, in a directory of its own."""
+    d = tmp_path / "etc"
+    d.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "examples" / "fattree4.json", d / "topo.json")
+    data = copy.deepcopy(BASE if data is None else data)
+    data["fabric"]["topology"] = "topo.json"
+    data["api"]["state_file"] = str(d / "state.yaml")
+    (d / name).write_text(yaml.safe_dump(data))
+    return d / name
+
+
+def test_a_relative_topology_is_read_beside_its_file_from_any_directory(tmp_path, monkeypatch):
+    path = _beside(tmp_path)
+    monkeypatch.chdir(tmp_path)                     # not the file's directory
+    for loaded in (config.load(path), config.load(path, overlay=False)):
+        assert len(loaded.topology.hosts) == 16 and loaded.path == path
+    operator = yaml.safe_load(path.read_text())
+    assert config.from_data(operator, path=path).topology.hosts == config.load(path).topology.hosts
+    assert len(config.from_data(operator, base=path.parent).topology.hosts) == 16
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    with pytest.raises(config.ConfigError, match="fabric.topology"):
+        config.from_data(operator, base=other, path=path)        # base, when given, wins over path's directory
+    with pytest.raises(config.ConfigError, match="fabric.topology"):
+        config.from_data(operator)                               # nothing to resolve it against: the cwd
+
+
+def test_an_overlay_in_force_is_loaded_with_the_operators_mapping_kept(tmp_path):
+    path = _beside(tmp_path)
+    operator = yaml.safe_load(path.read_text())
+    assert config.load(path).raw == operator
+    extra = {"tenants": {"extra": {"vms": {"x1": {"host": "h4", "guarantee_mbps": 1}}}}}
+    config.write_private(path.parent / "state.yaml", "# API state\n", extra)
+    loaded = config.load(path)
+    assert loaded.raw == operator and loaded.overlay == extra and "extra" in loaded.cfg.tenants
+    assert loaded.path == path and len(loaded.topology.hosts) == 16
+    assert config.from_data(operator, overlay=extra, path=path).raw == operator
+    # a mapping without the operator's: its raw is the effective configuration
+    direct = config.Loaded(loaded.cfg, loaded.topology, None)
+    assert direct.raw == loaded.cfg.model_dump(mode="json")
+
+
+def test_an_overlay_that_no_longer_fits_is_set_aside_on_the_operators_file(tmp_path):
+    path = _beside(tmp_path)
+    (path.parent / "state.yaml").write_text("tenants: [")      # damaged
+    with pytest.raises(config.ConfigError, match=r"state.yaml \(API state\)"):
+        config.load(path)
+    loaded = config.load(path, salvage=True)
+    assert loaded.set_aside is not None and loaded.path == path and len(loaded.topology.hosts) == 16
+    assert loaded.raw == yaml.safe_load(path.read_text())
+    bad = {"tenants": {"extra": {"vms": {"x1": {"host": "nowhere", "guarantee_mbps": 1}}},
+                       "fine": {"vms": {"f1": {"host": "h4", "guarantee_mbps": 1}}}}}
+    config.write_private(path.parent / "state.yaml", "# API state\n", bad)
+    loaded = config.load(path, salvage=True)
+    assert "fine" in loaded.cfg.tenants and "extra" not in loaded.cfg.tenants
+    assert loaded.set_aside.tenants == {"extra": bad["tenants"]["extra"]}
+    assert any("nowhere" in p for p in loaded.set_aside.problems)
+    assert loaded.path == path and len(loaded.topology.hosts) == 16
+
+
+def test_the_digest_names_the_effective_configuration():
+    data = copy.deepcopy(BASE)
+    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
+    a, b = config.from_data(data), config.from_data(copy.deepcopy(data))
+    assert len(a.digest) == 16 and int(a.digest, 16) >= 0 and a.digest == b.digest
+    expect = __import__("hashlib").sha256(json.dumps({"cfg": a.cfg.model_dump(mode="json"),
+                                                      "topology": a.topology.to_dict()},
+                                                     sort_keys=True).encode()).hexdigest()[:16]
+    assert a.digest == expect
+    data["admission"]["mu"] = 0.8
+    assert config.from_data(data).digest != a.digest
+
+
+def _problems(change) -> list[str]:
+    data = copy.deepcopy(BASE)
+    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
+    change(data)
+    with pytest.raises(config.ConfigError) as exc:
+        config.from_data(data)
+    assert None not in exc.value.problems
+    return exc.value.problems
+
+
+def test_the_agents_problems_in_their_own_words():
+    def hosts(data):
+        data["agents"]["hosts"] = {"nowhere": {"key_file": "k", "address": "unix:/a"}, "h1": {"address": "unix:/b"}}
+        del data["agents"]["master_key_file"]
+        data["agents"]["unmanaged"] = ["elsewhere", "h1"]
+    got = _problems(hosts)
+    for want in ("agents.hosts.nowhere: 'nowhere' is not a host of the topology",
+                 "agents.hosts.h1.key_file: required when agents.master_key_file is absent",
+                 "agents.master_key_file: required with agents.address_template (keys are derived)",
+                 "agents.unmanaged: 'elsewhere' is not a host of the topology",
+                 "agents.unmanaged: h1 has an agent in agents.hosts"):
+        assert want in got, got
+
+
+def test_yaml_errors_say_where_and_what():
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse_yaml("a: 1\nb: [1, 2\n", "f.yaml")
+    (p,) = exc.value.problems
+    assert p.startswith("f.yaml: line 3 column 1: ") and "expected ',' or ']'" in p
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse_yaml("a: 1\na: 2\n", "f.yaml")
+    assert exc.value.problems == ["f.yaml: line 2 column 1: duplicate key 'a'"]
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse_yaml("a: &x 1\nb: *x\n", "f.yaml")
+    assert exc.value.problems == ["f.yaml: line 2 column 4: anchors and aliases are not accepted"]
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse_yaml("[" * 100_000, "deep.yaml")
+    assert exc.value.problems == ["deep.yaml: nested too deeply"]
+    assert config.parse_yaml("a: é\n", "f") == {"a": "é"} == config.parse_yaml("a: é\n".encode(), "f")
+
+
+def test_the_size_bound_is_inclusive():
+    at = b"#" * (config.MAX_CONFIG_BYTES - 3) + b"\na:"
+    assert len(at) == config.MAX_CONFIG_BYTES and config.parse_yaml(at, "f") == {"a": None}
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse_yaml(at + b" ", "f")
+    assert exc.value.problems == [f"f: {config.MAX_CONFIG_BYTES + 1} bytes, more than {config.MAX_CONFIG_BYTES}"]
+    with pytest.raises(config.ConfigError) as exc:
+        config.parse_yaml("é" * (config.MAX_CONFIG_BYTES // 2 + 1), "f")      # str: counted in UTF-8 bytes
+    assert "bytes, more than" in exc.value.problems[0]
