@@ -370,3 +370,28 @@ def test_pair_terms_take_pairs_in_any_order_and_kind():
     vms = {"a": M.Vm(2.0, 1.0), ("b", 1): M.Vm(4.0, 1.0), 3: M.Vm(6.0, 2.0)}
     pairs = [("a", ("b", 1)), (3, "a"), (("b", 1), 3)]
     assert M.pair_terms(pairs, vms) == M.pair_terms(list(reversed(pairs)), vms)
+
+
+def test_equilibrium_holds_a_pair_at_its_other_links_and_skips_guarantee_bound_ones():
+    """LinkFactors.equilibrium over {L}: A also crosses M, whose factor (100)
+    holds it at w_A x 100 = 100, so B takes the rest of L's 900 and L's
+    factor is B's 800 (A, at its cap, sets none); a pair whose rate is its
+    guarantee sets none either -- a link all of whose pairs sit at their
+    guarantees keeps no entry; a pair between its guarantee and twice it
+    sets one. (Mutation testing left all of this open.)"""
+    lf = LinkFactors(params(), {"L": 1000.0, "M": 1000.0})
+    lf.set_pairs({"A": PairPath(1, 0, frozenset({"L", "M"})), "B": PairPath(1, 0, frozenset({"L"})),
+                  "C": PairPath(1, 0, frozenset({"M"}))})
+    lf.r["M"] = 100.0
+    assert lf.equilibrium({"L"}) == {"L": pytest.approx(800)}
+    lf.r.pop("M")                                   # no factor on M: A shares L evenly
+    assert lf.equilibrium({"L"}) == {"L": pytest.approx(450)}
+    full = LinkFactors(params(), {"L": 1000.0})
+    full.set_pairs({"X": PairPath(1, 600, frozenset({"L"})), "Y": PairPath(1, 600, frozenset({"L"}))})
+    assert full.equilibrium({"L"}) == {}            # 1200 of guarantees on 900: both at their floors
+    above = LinkFactors(params(), {"L": 1000.0})
+    above.set_pairs({"X": PairPath(1, 400, frozenset({"L"})), "Y": PairPath(1, 300, frozenset({"L"}))})
+    assert above.equilibrium({"L"}) == {"L": pytest.approx(450)}     # both at 450: above their floors, below 2x
+    mixed = LinkFactors(params(), {"L": 1000.0, 7: 1000.0})          # any hashable keys, as the types say
+    mixed.set_pairs({"A": PairPath(1, 0, frozenset({"L", 7})), 3: PairPath(1, 0, frozenset({"L"}))})
+    assert mixed.equilibrium({"L", 7}) == {"L": pytest.approx(450), 7: pytest.approx(450)}
