@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,12 +32,6 @@ LINK_MBPS = 10.0
 SKIP_S = 5          # the first seconds of every flow (slow start) are left out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_once(flows: int, cross: int, seconds: int, work: Path, routing: str = "single_path") -> dict[str, float]:
     """One rep: {"hX>dst": mean Mb/s}."""
     from experiments import configs
@@ -46,7 +39,7 @@ def run_once(flows: int, cross: int, seconds: int, work: Path, routing: str = "s
     from experiments.fabric import Fabric
     from mininet_topos import builders
 
-    port = _free_port()
+    port = configs.free_port()
     topo = builders.star(flows + cross, link_mbps=LINK_MBPS)
     topo.save(work / "topo.json")
     fab = Fabric(topo, of_port=port, ack_first=True).start()

@@ -37,28 +37,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import shutil
-import signal
 import socket
 import statistics
 import struct
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
 from benchmarks.flow_stats import reply_bytes, tor_entries
+from experiments import configs
+from experiments.controller_proc import ControllerProcess
 from controller.network_view import NetworkView
 from mininet_topos.builders import fattree
 
-ROOT = Path(__file__).resolve().parents[1]
 HEADER = struct.Struct(ofp.OFP_HEADER_PACK_STR)
 MP_HEADER = struct.calcsize(ofp.OFP_MULTIPART_REPLY_PACK_STR)
 ELEPHANT_SHARE = 0.1        # of a ToR's flows: elephants at ELEPHANT_RATE of a host link
@@ -189,54 +185,40 @@ def switches_of(k: int, flows_per_tor: int, seed: int = 1) -> list[Switch]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_controller(k: int, workdir: Path, min_period_s: float,
-                     log_level: str = "WARNING") -> tuple[subprocess.Popen, int]:
-    """The product's controller on a k fat-tree, LESSOR routing, polling
-    from its minimum period; (process, OpenFlow port) once it listens."""
+                     log_level: str = "WARNING") -> tuple[ControllerProcess, int]:
+    """The product's controller on a k fat-tree, LESSOR routing (and the
+    priority queues), polling from its minimum period; (process, OpenFlow
+    port) once it listens. The process samples its own CPU every second."""
     fattree(k).save(workdir / "topology.json")
-    port = free_port()
-    conf = {"version": 1, "fabric": {"topology": "topology.json"},
-            "controller": {"openflow": {"listen": "127.0.0.1", "port": port}, "routing": "lessor",
-                           "log_level": log_level},
-            "lessor": {"polling": {"initial_s": min_period_s, "min_s": min_period_s, "max_s": 60.0}}}
-    (workdir / "bwfabric.json").write_text(json.dumps(conf))
-    proc = subprocess.Popen([sys.executable, "-m", "bwfabric.cli", "controller", "--config", "bwfabric.json"],
-                            cwd=workdir, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=open(workdir / "controller.log", "w"))
+    port = configs.free_port()
+    conf = configs.write(workdir / "bwfabric.yaml", workdir / "topology.json", "lessor", port, prio_queues=True,
+                         lessor={"polling": {"initial_s": min_period_s, "min_s": min_period_s, "max_s": 60.0}},
+                         log_level=log_level)
+    ctl = ControllerProcess(conf, workdir / "controller.log").start()
     deadline = time.monotonic() + 120                  # the PMPT kernels compile (or load) at start
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"controller exited {proc.returncode}: "
-                               + (workdir / "controller.log").read_text()[-2000:])
+        if not ctl.alive():
+            ctl.stop()
+            raise RuntimeError("controller exited: " + (workdir / "controller.log").read_text()[-2000:])
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, port
+            return ctl, port
         except OSError:
             time.sleep(0.2)
-    proc.kill()
+    ctl.stop()
     raise RuntimeError("the controller did not listen within 120 s")
 
 
-async def _swarm(switches: list[Switch], port: int, seconds: float, cpu_of: psutil.Process) -> list[float]:
+async def _swarm(switches: list[Switch], port: int, seconds: float) -> None:
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
     for sw in switches:
         await loop.create_connection(lambda sw=sw: sw, "127.0.0.1", port)
-    cpu = []
-    cpu_of.cpu_percent(None)
-    while time.monotonic() - t0 < seconds:
-        await asyncio.sleep(1.0)
-        cpu.append(cpu_of.cpu_percent(None) / 100.0)
+    await asyncio.sleep(max(0.0, seconds - (time.monotonic() - t0)))
     for sw in switches:
         if sw.transport is not None:
             sw.transport.close()
-    return cpu
 
 
 def _quantile(xs: list[float], q: float) -> float | None:
@@ -254,18 +236,14 @@ def run(k: int, seconds: float = 40.0, flows_per_tor: int = 64, min_period_s: fl
     window_s = seconds / 2 if window_s is None else window_s
     switches = switches_of(k, flows_per_tor)
     with tempfile.TemporaryDirectory(prefix="bwf-swarm-") as tmp:
-        proc, port = start_controller(k, Path(tmp), min_period_s, "INFO" if log_to else "WARNING")
+        ctl, port = start_controller(k, Path(tmp), min_period_s, "INFO" if log_to else "WARNING")
         try:
             t_start = time.monotonic()
-            cpu = asyncio.run(_swarm(switches, port, seconds, psutil.Process(proc.pid)))
-            alive = proc.poll() is None
+            asyncio.run(_swarm(switches, port, seconds))
+            alive = ctl.alive()
+            cpu = [c / 100.0 for _, c in ctl.cpu_samples]
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            ctl.stop()
         log_tail = (Path(tmp) / "controller.log").read_text()[-3000:]
         if log_to is not None:
             shutil.copy(Path(tmp) / "controller.log", log_to)

@@ -164,11 +164,9 @@ class NetworkView:
             succ = self._adjacency()[1].get(node, [])
             d = dist.get(node)
             if d is None and node in self._host_set:      # a host: one hop above its nearest switch
-                d = 1 + min((dist[v] for v in succ if v in dist), default=-2)
-            if d is None or d < 0 or node == dst:
-                hops = []
-            else:
-                hops = [v for v in succ if dist.get(v) == d - 1]
+                reach = [dist[v] for v in succ if v in dist]
+                d = 1 + min(reach) if reach else None
+            hops = [] if d is None or node == dst else [v for v in succ if dist.get(v) == d - 1]
             memo[node] = hops
         return hops
 

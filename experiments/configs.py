@@ -5,6 +5,7 @@ the same client as ``bwfabric status``) for changes during a run."""
 from __future__ import annotations
 
 import secrets
+import socket
 from pathlib import Path
 
 import yaml
@@ -13,11 +14,18 @@ from bwfabric.client import ApiClient  # noqa: F401 (re-exported for experiments
 from bwcommon.channel import write_secret
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free now, for a controller a run starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_queues: bool = False,
           state_file: Path | None = None, lessor: dict | None = None, tenants: dict | None = None,
           agents_dir: Path | None = None, agent_defaults: dict | None = None, api_port: int | None = None,
           prio: dict | None = None, admission_mu: float | None = None, port_stats_s: float | None = None,
-          lrc: dict | None = None, status_interval_s: float = 1.0) -> Path:
+          lrc: dict | None = None, status_interval_s: float = 1.0, log_level: str | None = None) -> Path:
     """A configuration file for one run. With ``agents_dir``, every VM's
     host has an agent at ``unix:<agents_dir>/<host>.sock`` whose key derives
     from ``<agents_dir>/master.key`` (created here); with ``api_port``, the
@@ -27,6 +35,8 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
                                  "openflow": {"listen": "127.0.0.1", "port": of_port}}}
     if state_file is not None:
         data["controller"]["state_file"] = str(state_file)
+    if log_level is not None:
+        data["controller"]["log_level"] = log_level
     if port_stats_s is not None:
         data["controller"]["port_stats_s"] = port_stats_s
     if lessor:

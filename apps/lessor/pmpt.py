@@ -470,7 +470,7 @@ def _place_all(flows: list[LongFlow], paths: PathDictionary, cap: np.ndarray, ep
     path_links, path_hops, group_start, x = _flatten(groups)
     bottleneck = np.concatenate([g.bottleneck for g in groups])
     on_path = np.zeros(len(cap), dtype=bool)
-    on_path[path_links[np.arange(path_links.shape[1])[None, :] < path_hops[:, None]]] = True
+    on_path[path_links[_hop_mask(path_links, path_hops)]] = True
     used = np.flatnonzero(on_path)      # the links some candidate path crosses
     scale = _cut_bound(groups, paths, cap)
     if not scale > 0:  # every group has a path of positive capacity, so this cannot happen
@@ -505,9 +505,14 @@ def _place_all(flows: list[LongFlow], paths: PathDictionary, cap: np.ndarray, ep
                       phases, steps, time.perf_counter() - t_start, stopped_by, unroutable, method)
 
 
+def _hop_mask(path_links: np.ndarray, path_hops: np.ndarray) -> np.ndarray:
+    """Which entries of the padded ``path_links`` are a path's links."""
+    return np.arange(path_links.shape[1])[None, :] < path_hops[:, None]
+
+
 def _path_load(x: np.ndarray, path_links: np.ndarray, path_hops: np.ndarray, n_links: int) -> np.ndarray:
     """Load per link of flow ``x`` per path."""
-    hop = np.arange(path_links.shape[1])[None, :] < path_hops[:, None]
+    hop = _hop_mask(path_links, path_hops)
     return np.bincount(path_links[hop], weights=np.broadcast_to(x[:, None], path_links.shape)[hop],
                        minlength=n_links)
 

@@ -314,6 +314,7 @@ def test_placement_stops_at_the_floor_no_one_path_routing_goes_below():
     negotiation round runs (at k = 32 they and the bottleneck search spent
     25 s on a peak they could not lower)."""
     from apps.lessor.placement import integral_floor
+    from apps.lessor.pmpt import _groups
     view = NetworkView(builders.fattree(4, link_mbps=10))
     pd = PathDictionary(view)
     flows = [LongFlow("big", "e0_0", "e1_0", 10e6), LongFlow("s1", "e0_1", "e2_0", 1e6),
@@ -321,7 +322,7 @@ def test_placement_stops_at_the_floor_no_one_path_routing_goes_below():
     a = pmpt(flows, pd)
     assert (1 + 0.05) / a.lam < 1.0
     assert a.placement == "greedy" and a.integral_lam == pytest.approx(1.0)
-    groups = [g for g in __import__("apps.lessor.pmpt", fromlist=["_groups"])._groups(flows, pd, pd.capacity)[0]]
+    groups = _groups(flows, pd, pd.capacity)[0]
     order = [(gi, f) for gi, g in enumerate(groups) for f in g.flows]
     assert integral_floor(groups, order) == pytest.approx(1.0)
     assert integral_floor(groups, [o for o in order if o[1].key != "big"]) == pytest.approx(0.2)
