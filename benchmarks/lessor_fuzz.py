@@ -30,6 +30,7 @@ from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser as parser
 
 from controller import ofmsg
+from bwtesting import readback
 from bwtesting.fakenet import FakeNetwork
 from mininet_topos import builders
 
@@ -43,18 +44,26 @@ class FuzzDatapath(ofproto_protocol.ProtocolDesc):
         self.id = dpid
         self.is_active = True
         self.address = ("fuzz", dpid)
+        self.xid = 0
+        self.read_back: list = []     # the read-back requests not answered yet
+
+    def set_xid(self, msg) -> int:
+        self.xid += 1
+        msg.set_xid(self.xid)
+        return self.xid
 
     def send_msg(self, msg) -> None:
+        if msg.xid is None:
+            self.set_xid(msg)
         msg.serialize()
+        if type(msg).__name__ in readback.READ_BACK:
+            self.read_back.append(msg)
 
     def close(self) -> None:
         self.is_active = False
 
 
-class Msg:
-    def __init__(self, datapath, **kw):
-        self.datapath = datapath
-        self.__dict__.update(kw)
+Msg = readback.Msg
 
 
 def _flow_stats(match: dict, byte_count: int):
@@ -108,14 +117,22 @@ class Harness:
         self.net_lock = threading.Lock()
         self.dps = {sw: FuzzDatapath(self.view.dpid(sw)) for sw in self.view.switches}
         self.events = 0
-        for dp in self.dps.values():
-            self.app._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+        for sw, dp in self.dps.items():
+            self.connect(sw, dp)
         self.uplinks = [(u, v) for u, v in self.view.graph.edges
                         if not self.view.is_host(u) and not self.view.is_host(v)
                         and self.view.graph.nodes[u]["layer"] < self.view.graph.nodes[v]["layer"]]
         self.elephants = [(f"h{i}", f"h{(i + 7) % 16 + 1}") for i in range(1, 17, 2)]
 
     # ---- the switches' side -------------------------------------------------------------
+    def connect(self, switch: str, dp: FuzzDatapath) -> None:
+        """A connection's features, then the switch's answers to the read-back."""
+        self.app._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+        with self.net_lock:
+            held = self.net.held(switch)
+        requests, dp.read_back = dp.read_back, []
+        readback.answer(self.app, dp, requests, held)
+
     def deliver(self, switch: str, msgs) -> None:
         replies = []
         with self.net_lock:
@@ -198,12 +215,12 @@ class Harness:
             old = self.dps[sw]
             old.close()
             self.app._disconnected(ofp_event.EventOFPStateChange(old))
-            with self.net_lock:    # a restarted switch comes back with empty tables
-                fresh = FakeNetwork(self.view).switches[sw]
-                self.net.switches[sw] = fresh
-            new = FuzzDatapath(self.view.dpid(sw))
+            if r.random() < 0.5:
+                with self.net_lock:    # a restarted switch comes back with empty tables
+                    self.net.restart(sw)
+            new = FuzzDatapath(self.view.dpid(sw))   # or a lost connection: the tables stay
             self.dps[sw] = new
-            self.app._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(new)))
+            self.connect(sw, new)
         elif kind == "portdesc":
             sw = r.choice(list(self.dps))
             ports = [_port(r.choice([1, 2, 3, 4, 99, 0xFFFFFFFE]), r.random() < 0.8) for _ in range(3)]

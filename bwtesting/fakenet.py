@@ -173,6 +173,18 @@ class FakeNetwork:
                 out.append((f.match.as_dict(), e.bytes))
         return sorted(out, key=lambda t: sorted(t[0].items()))
 
+    def held(self, switch: str) -> ofmsg.Held:
+        """What a switch's read-back would report (:class:`ofmsg.Held`)."""
+        sw = self.switches[switch]
+
+        def layout(gm: ofmsg.GroupMod):
+            if gm.group_type != "select" or any(len(b.actions) != 1 or not isinstance(b.actions[0], ofmsg.Output)
+                                                for b in gm.buckets):
+                return None
+            return tuple(b.actions[0].port for b in gm.buckets)
+        return ofmsg.Held(flows={k: e.flow.cookie for k, e in sw.entries.items()},
+                          groups={gid: layout(gm) for gid, gm in sw.groups.items()}, meters=set(sw.meters))
+
     def errors(self) -> dict[str, list[str]]:
         return {n: s.errors for n, s in self.switches.items() if s.errors}
 

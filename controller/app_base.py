@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 
-from controller import api, config, metrics, ofmsg, ofsend, runtime
+from controller import api, config, metrics, ofmsg, ofread, ofsend, runtime
 from bwcommon.loops import LoopGuard
 from controller.network_view import NetworkView
 from controller.portstats import PortLoads
@@ -104,6 +105,22 @@ class FabricApp(BaseApp):
             self.sent[kind] = self.sent.get(kind, 0) + 1
 
 
+RECONCILE_TIMEOUT_S = 3.0   # a switch's read-back replies, at most (then it is wiped and installed anew)
+
+
+@dataclass
+class _Reading:
+    """One connection's read-back in progress."""
+    dp: object
+    t0: float
+    xids: dict[int, str] = field(default_factory=dict)       # request xid -> "flows" | "groups" | "meters"
+    bodies: dict[str, list] = field(default_factory=dict)
+    complete: set[str] = field(default_factory=set)
+
+
+_NO_READING = _Reading(dp=None, t0=0.0)
+
+
 class ForwardingApp(FabricApp):
     """An app that installs the forwarding defaults: switch connect, port
     changes and disconnects go to ``self.logic``, which answers with
@@ -114,6 +131,10 @@ class ForwardingApp(FabricApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.port_loads = PortLoads(self.view)
+        self.readings: dict[str, _Reading] = {}          # switch -> its read-back in progress
+        self.reading_xids: dict[int, str] = {}           # xid of a read-back request -> switch
+        self.reconciles: dict[str, int] = {}             # "read": reconciled from what it held; "wiped"
+        self.last_reconcile: dict[str, dict] = {}        # switch -> what its last reconciliation found and sent
         api.PROVIDERS["link_loads"] = self.link_loads
         api.PROVIDERS["poll_port_stats"] = self._port_stats_round          # LRC polls every τ_r
         api.PROVIDERS["port_stats_replies"] = lambda: self.port_loads.replies
@@ -122,6 +143,130 @@ class ForwardingApp(FabricApp):
         thread = super().start()
         self.port_stats_thread = hub.spawn(self._port_stats_loop)
         return thread
+
+    # ---- a (re)connected switch: read back, then reconciled (never wiped) --------------
+    def _switch_features_round(self, ev):
+        """Read the switch before writing it: its entries, groups and meters
+        (the replies complete a :class:`_Reading`, then the logic's
+        ``switch_reconciled`` brings it to the view make-before-break). A
+        switch that does not answer within ``RECONCILE_TIMEOUT_S`` (or
+        refuses to list its entries or groups) is wiped and installed anew
+        (``switch_connected``), as before. Its ports are asked for last."""
+        dp = ev.msg.datapath
+        switch = self.register(dp)
+        if not switch:
+            return
+        reading = _Reading(dp, time.monotonic())
+        self.readings[switch] = reading
+        for part, req in (("groups", ofmsg.GroupDescRequest()), ("meters", ofmsg.MeterConfigRequest()),
+                          ("flows", ofmsg.FlowStatsRequest(ofmsg.OFPTT_ALL))):
+            xid = ofsend.send_request(dp, req)
+            reading.xids[xid] = part
+            self.reading_xids[xid] = switch
+        self.send(switch, [ofmsg.PortDescRequest()])
+        hub.spawn(self._reading_deadline, switch, reading)
+
+    def unregister(self, dp) -> str | None:
+        switch = super().unregister(dp)
+        if switch is not None and switch in self.readings:
+            self._reading_done(switch, self.readings[switch])
+        return switch
+
+    def _reading_deadline(self, switch: str, reading: "_Reading"):
+        hub.sleep(RECONCILE_TIMEOUT_S)
+        self.handle("reconcile_timeout", self._read_failed, switch, reading, "no complete reply in time")
+
+    def _read_failed(self, switch: str, reading: "_Reading", why: str) -> None:
+        if self.readings.get(switch) is not reading or self.datapaths.get(switch) is not reading.dp:
+            return      # reconciled already, or another connection took over
+        self._reading_done(switch, reading)
+        self.reconciles["wiped"] = self.reconciles.get("wiped", 0) + 1
+        self.logger.warning("switch %s could not be read (%s): wiping and installing it anew", switch, why)
+        self.send(switch, self.logic.switch_connected(switch))
+
+    def _reading_done(self, switch: str, reading: "_Reading") -> None:
+        del self.readings[switch]
+        for xid in reading.xids:
+            self.reading_xids.pop(xid, None)
+
+    def reading_reply(self, ev) -> bool:
+        """Whether a multipart reply answers a switch's read-back (then it is
+        consumed here; other apps' handlers must ignore it)."""
+        return ev.msg.xid in self.reading_xids and self.readings.get(
+            self.reading_xids[ev.msg.xid], _NO_READING).dp is ev.msg.datapath
+
+    def _reading_part(self, ev) -> None:
+        switch = self.reading_xids[ev.msg.xid]
+        reading = self.readings[switch]
+        part = reading.xids[ev.msg.xid]
+        reading.bodies.setdefault(part, []).extend(ev.msg.body)
+        if ev.msg.flags & ev.msg.datapath.ofproto.OFPMPF_REPLY_MORE:
+            return
+        reading.complete.add(part)
+        if len(reading.complete) == len(reading.xids):
+            self._complete(switch, reading)
+
+    def _complete(self, switch: str, reading: "_Reading") -> None:
+        self._reading_done(switch, reading)
+        held = ofmsg.Held(flows=ofread.flows(reading.bodies.get("flows", ())),
+                          groups=ofread.groups(reading.bodies.get("groups", ())),
+                          meters=ofread.meters(reading.bodies.get("meters", ())))
+        msgs = self.logic.switch_reconciled(switch, held)
+        self.reconciles["read"] = self.reconciles.get("read", 0) + 1
+        self.last_reconcile[switch] = {"held_flows": len(held.flows), "held_groups": len(held.groups),
+                                       "held_meters": len(held.meters), "sent": len(msgs),
+                                       "deletes": sum(1 for m in msgs if getattr(m, "command", "").startswith(
+                                           "delete")),
+                                       "read_s": round(time.monotonic() - reading.t0, 4)}
+        self.logger.info("switch %s reconciled from what it holds (%d entries, %d groups, %d meters): "
+                         "%d messages", switch, len(held.flows), len(held.groups), len(held.meters), len(msgs))
+        self.send(switch, msgs)
+
+    def _multipart(self, name: str, ev) -> None:
+        if self.reading_reply(ev):
+            self._reading_part(ev)
+
+    @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
+    def _group_desc(self, ev):
+        self.handle("group_desc", self._multipart, "group_desc", ev)
+
+    @set_ev_cls(ofp_event.EventOFPMeterConfigStatsReply, MAIN_DISPATCHER)
+    def _meter_config(self, ev):
+        self.handle("meter_config", self._multipart, "meter_config", ev)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _flow_stats(self, ev):
+        self.handle("flow_stats", self._flow_stats_any, ev)
+
+    def _flow_stats_any(self, ev):
+        if self.reading_reply(ev):
+            self._reading_part(ev)
+        else:
+            self.flow_stats_reply(ev)
+
+    def flow_stats_reply(self, ev) -> None:
+        """A flow-stats reply that is no read-back (traffic engineering polls: LESSOR)."""
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def _error(self, ev):
+        self.handle("error", self._error_round, ev)
+
+    def _error_round(self, ev):
+        """A switch refusing a read-back request: meters are optional (a
+        switch without them holds none); without entries or groups it is
+        wiped and installed anew."""
+        switch = self.reading_xids.get(ev.msg.xid)
+        reading = self.readings.get(switch) if switch else None
+        if reading is None or reading.dp is not ev.msg.datapath:
+            return
+        part = reading.xids[ev.msg.xid]
+        if part != "meters":
+            self._read_failed(switch, reading, f"it refused the {part} request (error type {ev.msg.type}, "
+                                               f"code {ev.msg.code})")
+            return
+        reading.complete.add(part)
+        if len(reading.complete) == len(reading.xids):
+            self._complete(switch, reading)
 
     def link_loads(self) -> dict[tuple[str, str], float]:
         with self.lock:
@@ -134,6 +279,8 @@ class ForwardingApp(FabricApp):
                 yield "bwfabric_link_load_bytes_per_second", {"src": a, "dst": b}, bps / 8
             for (sw, port), n in sorted(self.port_loads.tx_bytes.items()):
                 yield "bwfabric_port_transmit_bytes", {"switch": sw, "port": port}, n
+            for how, n in sorted(self.reconciles.items()):
+                yield "bwfabric_switch_reconciles", {"how": how}, n
 
     def _port_stats_loop(self):
         """Every switch's port counters, every ``controller.port_stats_s``;
@@ -167,11 +314,6 @@ class ForwardingApp(FabricApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev):
         self.handle("switch_features", self._switch_features_round, ev)
-
-    def _switch_features_round(self, ev):
-        switch = self.register(ev.msg.datapath)
-        if switch:
-            self.send(switch, [*self.logic.switch_connected(switch), ofmsg.PortDescRequest()])
 
     def _registered(self, dp) -> str | None:
         """The switch name of a datapath whose connection is the registered

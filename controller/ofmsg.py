@@ -227,6 +227,40 @@ class FlowStatsRequest:
 
 
 @dataclass(frozen=True)
+class GroupDescRequest:
+    """Ask for every group and its buckets (reply: EventOFPGroupDescStatsReply)."""
+
+
+@dataclass(frozen=True)
+class MeterConfigRequest:
+    """Ask for every meter's configuration (reply: EventOFPMeterConfigStatsReply)."""
+
+
+@dataclass
+class Held:
+    """What a switch holds, read back when it (re)connects, so that the
+    controller brings it to the current view without wiping what works
+    (``switch_reconciled``).
+
+    ``flows``: each entry's (table, priority, match) -> its cookie.
+    ``groups``: group id -> the output port of each bucket in order, for a
+    select group whose every bucket is one output (what routing installs);
+    None for any other group. ``meters``: the meter ids."""
+    flows: dict[tuple[int, int, Match], int] = field(default_factory=dict)
+    groups: dict[int, tuple[int, ...] | None] = field(default_factory=dict)
+    meters: set[int] = field(default_factory=set)
+
+    def owned(self, app_cookie: int) -> list[tuple[int, int, Match]]:
+        """The keys of the entries whose cookie is an app's (top 16 bits), in order."""
+        top = app_cookie >> 48
+        return sorted((k for k, c in self.flows.items() if c >> 48 == top), key=_key_order)
+
+
+def _key_order(key: tuple[int, int, Match]) -> tuple:
+    return (key[0], key[1], repr(key[2].fields))
+
+
+@dataclass(frozen=True)
 class EchoRequest:
     """OpenFlow echo; the reply carries ``data`` back (used to time RTTs)."""
     data: bytes = b""
@@ -238,4 +272,4 @@ class PortStatsRequest:
 
 
 Message = (FlowMod | GroupMod | MeterMod | PacketOut | PortDescRequest | FlowStatsRequest | EchoRequest
-           | PortStatsRequest)
+           | PortStatsRequest | GroupDescRequest | MeterConfigRequest)

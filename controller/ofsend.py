@@ -101,6 +101,10 @@ def to_parser(dp: Any, msg: ofmsg.Message) -> Any:
     if isinstance(msg, ofmsg.FlowStatsRequest):
         return p.OFPFlowStatsRequest(dp, 0, msg.table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
                                      msg.cookie, msg.cookie_mask, p.OFPMatch())
+    if isinstance(msg, ofmsg.GroupDescRequest):
+        return p.OFPGroupDescStatsRequest(dp, 0)
+    if isinstance(msg, ofmsg.MeterConfigRequest):
+        return p.OFPMeterConfigStatsRequest(dp, 0, ofp.OFPM_ALL)
     raise TypeError(f"unknown message {msg!r}")
 
 
@@ -111,3 +115,11 @@ def send(dp: Any, msgs: Iterable[ofmsg.Message]) -> int:
         dp.send_msg(to_parser(dp, msg))
         n += 1
     return n
+
+
+def send_request(dp: Any, msg: ofmsg.Message) -> int:
+    """Translate and send one request; returns its xid (its reply carries it)."""
+    parsed = to_parser(dp, msg)
+    xid = dp.set_xid(parsed)
+    dp.send_msg(parsed)
+    return xid

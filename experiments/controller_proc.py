@@ -79,6 +79,14 @@ class ControllerProcess:
         self._terminated = False
         self.start()
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash does (a fault a test injects: not a death of the run)."""
+        self._terminated = True
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.stop()
+
     def stop(self) -> None:
         self._stop.set()
         if self.proc and self.proc.poll() is not None and self.died is None and not self._terminated:

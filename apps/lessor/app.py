@@ -106,11 +106,9 @@ class LessorApp(ForwardingApp):
         return thread
 
     # ---- events (switch connect, ports, disconnect: ForwardingApp) -------------------
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
-    def _flow_stats(self, ev):
-        self.handle("flow_stats", self._flow_stats_round, ev)
-
-    def _flow_stats_round(self, ev):
+    def flow_stats_reply(self, ev):
+        """PRE's poll of a ToR's counters (ForwardingApp hands over every
+        flow-stats reply that is not a switch's read-back)."""
         switch = self._registered(ev.msg.datapath)
         if switch is None:
             return

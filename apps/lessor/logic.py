@@ -145,17 +145,43 @@ class LessorLogic:
 
     # ---- switches ------------------------------------------------------------------
     def switch_connected(self, switch: str) -> list[ofmsg.Message]:
-        msgs = self.routing.switch_connected(switch)
-        # meters and long-flow entries were wiped with the switch's state: reinstall them (meters first)
+        """A switch that lost its tables (or could not be read): everything, meters before entries."""
+        meters, entries = self._switch_own(switch, set())
+        return [*self.routing.switch_connected(switch), *meters, *entries]
+
+    def switch_reconciled(self, switch: str, held: ofmsg.Held) -> list[ofmsg.Message]:
+        """A (re)connected switch read back first: the routes reconciled
+        make-before-break (:meth:`DestinationRouting.switch_reconciled`), then
+        this app's meters on it (modified where the switch holds them, added
+        where not) and its long flows' entries, then the LESSOR entries and
+        meters it holds that no flow of this controller wants -- after a
+        controller restart, all of them: those flows fall back to the routes,
+        already in place, until the next allocation places them again."""
+        msgs = self.routing.switch_reconciled(switch, held)
+        meters, entries = self._switch_own(switch, held.meters)
+        wanted = {(e.table_id, e.priority, e.match) for e in entries}
+        ck = cookie(APP_LESSOR)
+        stale = [ofmsg.flow_delete_strict(t, p, m, ck, COOKIE_APP_MASK)
+                 for (t, p, m) in held.owned(ck) if (t, p, m) not in wanted]
+        kept = {m.meter_id for m in meters}
+        dead = [ofmsg.MeterMod("delete", mid) for mid in sorted(held.meters)
+                if METER_LESSOR_BASE <= mid < METER_LESSOR_BASE + METER_LESSOR_SLOTS and mid not in kept]
+        self.meter_changes["delete"] += len(dead)
+        return [*msgs, *meters, *entries, *stale, *dead]
+
+    def _switch_own(self, switch: str, held_meters: set[int]) -> tuple[list[ofmsg.Message], list[ofmsg.Message]]:
+        """This app's meters (first) and long-flow entries on one switch."""
+        meters: list[ofmsg.Message] = []
+        entries: list[ofmsg.Message] = []
         for key, pol in sorted(self.policed.items()):
             if pol.path[1] == switch:
-                msgs.append(self._meter("add", pol))
+                meters.append(self._meter("modify" if pol.meter_id in held_meters else "add", pol))
                 if key not in self.installed:
-                    msgs.extend(self._entries(key, pol.path, only=switch))
+                    entries.extend(self._entries(key, pol.path, only=switch))
         for key, inst in sorted(self.installed.items()):
             if switch in inst.path:
-                msgs.extend(self._entries(key, inst.path, only=switch))
-        return msgs
+                entries.extend(self._entries(key, inst.path, only=switch))
+        return meters, entries
 
     def link_changed(self, switch: str, port: int, up: bool) -> dict[str, list[ofmsg.Message]]:
         """Defaults are rerouted at once; long flows whose path lost a link

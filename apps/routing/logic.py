@@ -206,6 +206,38 @@ class DestinationRouting:
         msgs.extend(flows.values())
         return ofmsg.ordered(msgs)
 
+    def switch_reconciled(self, switch: str, held: ofmsg.Held) -> list[ofmsg.Message]:
+        """A switch that (re)connected, read back first (``held``), brought to
+        the current view make-before-break -- after a controller restart or a
+        lost connection its entries are still forwarding (fail-secure), and
+        wiping them would drop every packet until the new ones are in.
+
+        Its select groups are adopted by bucket layout (the group ids stay);
+        the groups it lacks are added (ids above every id it holds); every
+        wanted entry is (re)added -- an add over an entry with the same table,
+        priority and match replaces it in place; then this app's entries the
+        view no longer wants are deleted, and last the groups nothing uses.
+        No wanted entry or used group is ever deleted on the way."""
+        held_groups = dict(held.groups)
+        state = _SwitchState(groups={}, flows={}, next_gid=max([GROUP_ID_BASE - 1, *held_groups]) + 1)
+        for gid, layout in sorted(held_groups.items()):
+            if layout is not None:
+                state.groups.setdefault(layout, gid)
+        flows = self._desired(switch, state)
+        used = self._used_groups(state, flows)
+        state.groups = {layout: gid for gid, layout in used.items()}
+        state.flows = flows
+        self._state[switch] = state
+        ck = cookie(APP_ROUTING)
+        msgs: list[ofmsg.Message] = [ofmsg.group_select(gid, layout) for gid, layout in sorted(used.items())
+                                     if held_groups.get(gid) != layout]
+        msgs.extend(pipeline_defaults())
+        msgs.extend(flows.values())
+        msgs.extend(ofmsg.flow_delete_strict(t, p, m, ck, COOKIE_APP_MASK)
+                    for (t, p, m) in held.owned(ck) if (t, p, m) not in flows)
+        msgs.extend(ofmsg.group_delete(gid) for gid in sorted(held_groups) if gid not in used)
+        return msgs
+
     def switch_update(self, switch: str) -> list[ofmsg.Message]:
         """Bring a connected switch to the current view, make-before-break:
         new groups, then changed/new flows, then removed flows and groups."""

@@ -8,6 +8,8 @@ from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser a
 from apps.routing.ecmp import EcmpApp
 from apps.routing.logic import app_logic
 from apps.routing.single_path import SinglePathApp
+from bwtesting.readback import Msg, connect
+from controller import ofmsg
 from controller.network_view import NetworkView
 from mininet_topos import builders
 
@@ -17,16 +19,18 @@ class RecordingDatapath(ofproto_protocol.ProtocolDesc):
         super().__init__(ofproto_v1_3.OFP_VERSION)
         self.id = dpid
         self.sent = []
+        self.xid = 0
+
+    def set_xid(self, msg):       # as os-ken's Datapath numbers requests
+        self.xid += 1
+        msg.set_xid(self.xid)
+        return self.xid
 
     def send_msg(self, msg):
+        if msg.xid is None:
+            self.set_xid(msg)
         msg.serialize()  # must be valid on the wire
         self.sent.append(msg)
-
-
-class Msg:
-    def __init__(self, datapath, **kw):
-        self.datapath = datapath
-        self.__dict__.update(kw)
 
 
 def _port(no, up=True):
@@ -49,10 +53,14 @@ def test_every_handler_once(topo_env, cls, app):
     inst = cls()
     dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
     for sw, dp in dps.items():
-        inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
-        expected = app_logic(view, app).switch_connected(sw)
-        assert len(dp.sent) == len(expected) + 1          # + the port description request
-        assert type(dp.sent[-1]).__name__ == "OFPPortDescStatsRequest"
+        sent = connect(inst, dp)
+        # read back first (groups, meters, entries), its ports asked for last; then the reconciliation
+        assert [type(m).__name__ for m in dp.sent[:4]] == [
+            "OFPGroupDescStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest",
+            "OFPPortDescStatsRequest"]
+        assert dp.sent[2].table_id == ofproto_v1_3.OFPTT_ALL and dp.sent[2].cookie_mask == 0
+        expected = app_logic(view, app).switch_reconciled(sw, ofmsg.Held())
+        assert len(sent) == len(expected) and sw not in inst.readings
     # all ports up: nothing changes
     e00 = dps["e0_0"]
     before = {sw: len(dp.sent) for sw, dp in dps.items()}
@@ -66,7 +74,7 @@ def test_every_handler_once(topo_env, cls, app):
     assert sum(len(dp.sent) for dp in dps.values()) > sum(before.values())
     # unknown datapath is ignored, disconnect forgets the switch
     stranger = RecordingDatapath(999)
-    inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(stranger)))
+    connect(inst, stranger)
     assert stranger.sent == []
     inst._disconnected(ofp_event.EventOFPStateChange(e00))
     assert "e0_0" not in inst.datapaths

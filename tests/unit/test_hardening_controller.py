@@ -18,7 +18,7 @@ from apps.lessor.pmpt import MAX_DEMAND_BPS, MIN_DEMAND_BPS, LongFlow, pmpt
 from bwcommon.loops import LoopGuard
 from controller.network_view import NetworkView
 from mininet_topos import builders
-from tests.unit.test_apps_smoke import Msg, RecordingDatapath
+from tests.unit.test_apps_smoke import Msg, RecordingDatapath, connect
 from tests.unit.test_lessor_fakenet import PAIRS, _poll, _send, _setup
 
 
@@ -150,7 +150,7 @@ def app(tmp_path, app_config):
     dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
     for dp in dps.values():
         dp.is_active = True
-        inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+        connect(inst, dp)
     return inst, dps
 
 

@@ -11,7 +11,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from apps.lessor.app import LessorApp
 from controller.network_view import NetworkView
 from mininet_topos import builders
-from tests.unit.test_apps_smoke import Msg, RecordingDatapath
+from tests.unit.test_apps_smoke import Msg, RecordingDatapath, connect
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def test_handlers(app):
     inst, view, tmp = app
     dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
     for sw, dp in dps.items():
-        inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+        connect(inst, dp)
         assert dp.sent, sw
     names = {type(m).__name__ for m in dps["e0_0"].sent}
     assert {"OFPFlowMod", "OFPGroupMod", "OFPPortDescStatsRequest"} <= names

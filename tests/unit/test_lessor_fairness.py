@@ -237,14 +237,14 @@ def test_the_app_sends_the_meters_and_the_metered_entries_as_valid_openflow(tmp_
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
     from apps.lessor.app import LessorApp
-    from tests.unit.test_apps_smoke import Msg, RecordingDatapath
+    from tests.unit.test_apps_smoke import Msg, RecordingDatapath, connect
 
     topo = builders.fattree(4, link_mbps=10)
     app_config(topo, controller={"routing": "lessor", "prio_queues": False, "state_file": str(tmp_path / "s.json")})
     inst, view = LessorApp(), NetworkView(topo)
     dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
     for dp in dps.values():
-        inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+        connect(inst, dp)
     assert inst.lessor.fair_receivers
     sent_bytes = {s: 0 for s, _, _ in INTO_H10}
     for t, mbps in ((0.0, None), (1.0, {"h9": 2, "h3": 4, "h11": 4}), (2.0, {"h9": 2, "h3": 4, "h11": 4})):
