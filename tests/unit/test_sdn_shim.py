@@ -19,7 +19,9 @@ STUB = {
     "ryu/controller/__init__.py": "",
     "ryu/controller/ofp_event.py": "".join(
         f"class {n}:\n    pass\n" for n in ("EventOFPSwitchFeatures", "EventOFPPortDescStatsReply",
-                                         "EventOFPPortStatus", "EventOFPStateChange", "EventOFPPortStatsReply")),
+                                         "EventOFPPortStatus", "EventOFPStateChange", "EventOFPPortStatsReply",
+                                         "EventOFPGroupDescStatsReply", "EventOFPMeterConfigStatsReply",
+                                         "EventOFPFlowStatsReply", "EventOFPErrorMsg")),
     "ryu/controller/handler.py": (
         "CONFIG_DISPATCHER, MAIN_DISPATCHER, DEAD_DISPATCHER = 'config', 'main', 'dead'\n"
         "def set_ev_cls(ev_cls, dispatchers=None):\n"
