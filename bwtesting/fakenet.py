@@ -91,6 +91,8 @@ class FakeSwitch:
                     continue
             elif not _at_least_as_specific(f.match, fm.match):
                 continue
+            if fm.out_port != ofmsg.OFPP_ANY and fm.out_port not in _output_ports(f):
+                continue
             del self.entries[key]
 
     def _group_mod(self, gm: ofmsg.GroupMod) -> None:
@@ -355,6 +357,12 @@ def _matches(match: ofmsg.Match, pkt: dict[str, Any]) -> bool:
 def _at_least_as_specific(entry_match: ofmsg.Match, filter_match: ofmsg.Match) -> bool:
     have = entry_match.as_dict()
     return all(have.get(k) == v for k, v in filter_match.fields)
+
+
+def _output_ports(fm: ofmsg.FlowMod) -> set[int]:
+    """The ports an entry's actions output to (OpenFlow's out_port filter)."""
+    return {a.port for ins in fm.instructions if isinstance(ins, ofmsg.ApplyActions)
+            for a in ins.actions if isinstance(a, ofmsg.Output)}
 
 
 def _groups_used(fm: ofmsg.FlowMod) -> set[int]:

@@ -168,9 +168,10 @@ def flow_add(table_id: int, priority: int, match: Match, actions: Iterable[Actio
 
 
 def flow_delete(cookie: int, cookie_mask: int, table_id: int = OFPTT_ALL,
-                match: Match = Match()) -> FlowMod:
-    """Delete (non-strict) every entry whose cookie matches under the mask."""
-    return FlowMod(table_id, 0, match, (), "delete", cookie, cookie_mask)
+                match: Match = Match(), out_port: int = OFPP_ANY) -> FlowMod:
+    """Delete (non-strict) every entry whose cookie matches under the mask
+    (and, with ``out_port``, that outputs to that port)."""
+    return FlowMod(table_id, 0, match, (), "delete", cookie, cookie_mask, out_port=out_port)
 
 
 def flow_delete_strict(table_id: int, priority: int, match: Match, cookie: int = 0,

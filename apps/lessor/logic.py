@@ -153,21 +153,39 @@ class LessorLogic:
         """A (re)connected switch read back first: the routes reconciled
         make-before-break (:meth:`DestinationRouting.switch_reconciled`), then
         this app's meters on it (modified where the switch holds them, added
-        where not) and its long flows' entries, then the LESSOR entries and
-        meters it holds that no flow of this controller wants -- after a
-        controller restart, all of them: those flows fall back to the routes,
-        already in place, until the next allocation places them again."""
+        where not) and its long flows' entries.
+
+        Exact entries it holds that no flow of this controller owns (after a
+        controller restart: all of them) are adopted, not deleted: they keep
+        their long flows on the paths an earlier allocation chose (moving
+        every flow back to the routes at once disturbs them all) until the
+        flow ends (idle time-out), or an allocation places it anew (an entry
+        added over it), or a link it outputs to goes down -- those are
+        deleted now and at every link failure (:meth:`_dead_port_entries`).
+        LESSOR meters it holds that no policed flow wants are deleted (with
+        the entries that use them: those flows fall back to the routes)."""
         msgs = self.routing.switch_reconciled(switch, held)
         meters, entries = self._switch_own(switch, held.meters)
-        wanted = {(e.table_id, e.priority, e.match) for e in entries}
-        ck = cookie(APP_LESSOR)
-        stale = [ofmsg.flow_delete_strict(t, p, m, ck, COOKIE_APP_MASK)
-                 for (t, p, m) in held.owned(ck) if (t, p, m) not in wanted]
         kept = {m.meter_id for m in meters}
         dead = [ofmsg.MeterMod("delete", mid) for mid in sorted(held.meters)
                 if METER_LESSOR_BASE <= mid < METER_LESSOR_BASE + METER_LESSOR_SLOTS and mid not in kept]
         self.meter_changes["delete"] += len(dead)
-        return [*msgs, *meters, *entries, *stale, *dead]
+        down = [port for port in self._ports(switch) if not self._port_up(switch, port)]
+        return [*msgs, *self._dead_port_entries(switch, down), *meters, *entries, *dead]
+
+    def _ports(self, switch: str) -> list[int]:
+        return sorted(self.view.port(switch, peer) for peer in self.view.graph.successors(switch))
+
+    def _port_up(self, switch: str, port: int) -> bool:
+        peer = self.view.peer(switch, port)
+        return peer is not None and self.view.link_up(switch, peer)
+
+    @staticmethod
+    def _dead_port_entries(switch: str, ports: list[int]) -> list[ofmsg.Message]:
+        """Every LESSOR entry of the switch that outputs to one of ``ports``
+        (down links), whoever installed it: known flows' entries and adopted
+        ones alike fall back to the routes."""
+        return [ofmsg.flow_delete(cookie(APP_LESSOR), COOKIE_APP_MASK, TABLE_FORWARD, out_port=p) for p in ports]
 
     def _switch_own(self, switch: str, held_meters: set[int]) -> tuple[list[ofmsg.Message], list[ofmsg.Message]]:
         """This app's meters (first) and long-flow entries on one switch."""
@@ -194,6 +212,10 @@ class LessorLogic:
                 out.setdefault(sw, []).extend(msgs)
         if up:
             return out
+        peer = self.view.peer(switch, port)
+        for sw, p in ((switch, port), (peer, self.view.port(peer, switch) if peer is not None else None)):
+            if sw is not None and p is not None and not self.view.is_host(sw):
+                out.setdefault(sw, []).extend(self._dead_port_entries(sw, [p]))
         for key, inst in sorted(self.installed.items()):
             links = self.view.path_links(inst.path)
             if all(self.view.link_up(u, v) for u, v in links):

@@ -1,15 +1,18 @@
 """Faults under traffic on a real Mininet FatTree k = 4 (userspace OVS,
 fail-secure bridges), LESSOR's controller (issue #34 section 4):
 
-1. one ToR's connection lost and back (``ovs-vsctl del-controller`` /
-   ``set-controller``): the switch is read back and reconciled, its tables
-   the same before and after, not one entry deleted;
+1. one ToR's connection lost and back (its controller target pointed
+   elsewhere and back): the switch forwards on what it holds meanwhile, is
+   read back and reconciled, its tables the same before and after, not one
+   entry deleted, no second without traffic;
 2. the controller SIGKILLed and started again: traffic goes on through the
    installed entries meanwhile; the new process reads every switch back and
    deletes none of the routes (only LESSOR's exact entries, which no flow of
    the new process owns: those flows fall back to the routes in place);
-3. an aggregation switch restarted with empty tables: everything it had is
-   back in < 2 s of its reconnection.
+3. an aggregation switch's controller deleted and set again (``ovs-vsctl
+   del-controller`` / ``set-controller``; OVS flushes the bridge's tables at
+   both, as a bridge restart does): everything it had is back in < 2 s of
+   its reconnection.
 
 Long iperf3 flows run through all of it; none is lost. ``ovs-ofctl monitor
 watch:`` on every bridge records each entry the switches delete: the
@@ -141,22 +144,23 @@ def test_switch_reconnect_controller_kill_and_bridge_restart_lose_no_long_flow(t
             t_start = time.monotonic()
             time.sleep(8)            # LESSOR has found and placed the long flows
 
-            # 1. a ToR's connection lost and back
+            # 1. a ToR's connection lost and back: its controller target pointed at a port nobody
+            # listens on and back (a controller stays configured, so OVS keeps its tables)
             tor = view.host_switch("h1")[0]
             before = _table(tor)
             n = _reconciled(log1, tor)
             t1 = time.monotonic()
-            subprocess.run(["ovs-vsctl", "del-controller", tor], check=True)
-            time.sleep(1.0)
-            subprocess.run(["ovs-vsctl", "set-controller", tor, f"tcp:127.0.0.1:{of_port}"], check=True)
-            subprocess.run(["ovs-vsctl", "set", "controller", tor, "max_backoff=1000"], check=True)
+            subprocess.run(["ovs-vsctl", "set-controller", tor, f"tcp:127.0.0.1:{configs.free_port()}"], check=True)
+            time.sleep(1.5)
+            assert _table(tor) == before                      # fail-secure: it forwards on what it holds
             t1b = time.monotonic()
-            figures["reconnect_reconciled_s"] = _wait(lambda: _reconciled(log1, tor) > n, 10)
+            subprocess.run(["ovs-vsctl", "set-controller", tor, f"tcp:127.0.0.1:{of_port}"], check=True)
+            _wait(lambda: _reconciled(log1, tor) > n, 10)
+            figures["reconnect_reconciled_s"] = time.monotonic() - t1b
             time.sleep(0.5)
             figures["reconnect_deleted"] = monitor.since(t1)
             assert figures["reconnect_deleted"] == []
             assert _table(tor) == before
-            del t1b
 
             # 2. the controller SIGKILLed under traffic, started again 4 s later
             time.sleep(3)
@@ -176,18 +180,21 @@ def test_switch_reconnect_controller_kill_and_bridge_restart_lose_no_long_flow(t
             assert all(re.search(r"cookie=0x[45]000000000000\b", line) for _, line in gone), gone[:5]
             del t2b
 
-            # 3. an aggregation switch restarted: its tables empty when it comes back
+            # 3. an aggregation switch's controller deleted and set again (ovs-vsctl del-controller /
+            # set-controller): OVS flushes a bridge's tables when its last controller goes and when
+            # one comes back (a bridge restart does the same)
             time.sleep(3)
             agg = "a0_0"
             want = {line for line in _table(agg) if "cookie=0x4" not in line}
-            subprocess.run(["ovs-vsctl", "del-controller", agg], check=True)
-            for what in ("del-flows", "del-groups", "del-meters"):
-                _ofctl(what, agg)
             t3 = time.monotonic()
+            subprocess.run(["ovs-vsctl", "del-controller", agg], check=True)
+            time.sleep(0.5)
+            figures["del_controller_left_entries"] = len(_table(agg))
+            t3b = time.monotonic()
             subprocess.run(["ovs-vsctl", "set-controller", agg, f"tcp:127.0.0.1:{of_port}"], check=True)
             subprocess.run(["ovs-vsctl", "set", "controller", agg, "max_backoff=1000"], check=True)
-            figures["bridge_restart_restored_s"] = _wait(
-                lambda: {line for line in _table(agg) if "cookie=0x4" not in line} == want, 10, step=0.05)
+            _wait(lambda: {line for line in _table(agg) if "cookie=0x4" not in line} == want, 10, step=0.05)
+            figures["bridge_restart_restored_s"] = time.monotonic() - t3b
             assert figures["bridge_restart_restored_s"] < 2.0
             t_end = time.monotonic()
 

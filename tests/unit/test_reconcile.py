@@ -140,6 +140,32 @@ def test_a_link_that_failed_while_the_controller_was_away_is_routed_around_witho
     _all_delivered(view, net)
 
 
+def test_a_link_that_came_back_while_the_controller_was_away_gets_new_groups_above_the_held_ids():
+    """The switches were installed with a0_0 - c1 down; the new view has it up:
+    a0_0's and c1's new multi-hop layouts get fresh group ids, above every
+    id held, so no add collides with a group the switch holds."""
+    view_old, _, net = _installed(down=[("a0_0", NetworkView(builders.fattree(4)).port("a0_0", "c1")),
+                                        ("c1", NetworkView(builders.fattree(4)).port("c1", "a0_0"))])
+    view = NetworkView(_topo_with_vms())
+    fresh = FakeNetwork(view)
+    for sw in view.switches:
+        fresh.apply(sw, DestinationRouting(view, multipath=True, accounting=True).switch_connected(sw))
+    logic = DestinationRouting(view, multipath=True, accounting=True)
+    net.view = view
+    net.apply("a0_0", [ofmsg.GroupMod("add", "all", 1, (ofmsg.Bucket((ofmsg.Output(1),)),))])  # nobody's group
+    added = 0
+    for sw in view.switches:
+        held = net.held(sw)
+        msgs = logic.switch_reconciled(sw, held)
+        new_ids = {m.group_id for m in msgs if isinstance(m, ofmsg.GroupMod) and m.command == "add"}
+        assert all(gid > max(held.groups, default=0) for gid in new_ids), sw
+        added += len(new_ids)
+        _apply_watching(net, sw, msgs, set(_routing_entries(fresh, sw)) & set(held.flows))
+        assert _layouts(net, sw) == _layouts(fresh, sw), sw
+    assert added > 0 and not net.errors()
+    _all_delivered(view, net)
+
+
 def test_other_apps_entries_and_unknown_groups_are_left_alone_or_replaced():
     view, _, net = _installed()
     sw = "e0_0"
@@ -203,29 +229,71 @@ def test_any_held_state_ends_as_the_view_wants_and_never_loses_a_wanted_entry(sw
 
 
 # ---- LESSOR's own entries and meters -------------------------------------------------------
-def test_lessor_deletes_the_entries_and_meters_no_flow_of_its_own_wants_and_keeps_prio_queues_meters():
+def _exact(src, dst, port, sport=1):
+    return ofmsg.flow_add(TABLE_FORWARD, 1000, ofmsg.Match.of(eth_type=0x800, ip_proto=6, ipv4_src=src,
+                                                               ipv4_dst=dst, tcp_src=sport, tcp_dst=2),
+                          [ofmsg.Output(port)], cookie=cookie(APP_LESSOR), idle_timeout=10)
+
+
+def test_lessor_adopts_the_entries_a_restarted_controller_meets_but_not_those_on_a_dead_link():
+    """After a controller restart LESSOR owns no flow: the exact entries the
+    switches hold keep their flows where they are (not all moved back to the
+    routes at once), except those that output to a link that is down; LESSOR
+    meters no policed flow wants go (with the entries using them);
+    prio_queues' meters (below the LESSOR range) stay."""
+    from apps.lessor.logic import LessorLogic
+    view = NetworkView(builders.fattree(4))
+    net = FakeNetwork(view)
+    for sw in view.switches:
+        net.apply(sw, LessorLogic(view).switch_connected(sw))
+    sw = "e0_0"
+    up, dead = view.port(sw, "a0_0"), view.port(sw, "a0_1")
+    kept, on_dead = _exact("10.0.0.1", "10.0.0.16", up), _exact("10.0.0.2", "10.0.0.15", dead)
+    metered = _exact("10.0.0.1", "10.0.0.12", up, sport=7)
+    net.apply(sw, [kept, on_dead, ofmsg.MeterMod("add", METER_LESSOR_BASE + 3, 1000, 100),
+                   ofmsg.MeterMod("add", 2, 500, 50),
+                   replace(metered, instructions=(ofmsg.MeterInstruction(METER_LESSOR_BASE + 3),
+                                                  *metered.instructions))])
+    view.set_port_state(sw, dead, False)
+    held = net.held(sw)
+    msgs = LessorLogic(view).switch_reconciled(sw, held)       # a restarted controller: no flow of its own yet
+    assert ofmsg.flow_delete(cookie(APP_LESSOR), COOKIE_APP_MASK, TABLE_FORWARD, out_port=dead) in msgs
+    assert msgs[-1] == ofmsg.MeterMod("delete", METER_LESSOR_BASE + 3)
+    assert not any(isinstance(m, ofmsg.FlowMod) and m.command == "delete_strict" for m in msgs)
+    before = net.switches[sw].entries[(TABLE_FORWARD, 1000, kept.match)]
+    net.apply(sw, msgs)
+    entries = net.switches[sw].entries
+    assert entries[(TABLE_FORWARD, 1000, kept.match)] is before                    # untouched
+    assert (TABLE_FORWARD, 1000, on_dead.match) not in entries
+    assert (TABLE_FORWARD, 1000, metered.match) not in entries
+    assert net.switches[sw].meters.keys() == {2} and not net.errors()
+
+
+def test_a_link_going_down_takes_every_lessor_entry_that_outputs_to_it_on_both_ends():
     from apps.lessor.logic import LessorLogic
     view = NetworkView(builders.fattree(4))
     net = FakeNetwork(view)
     lessor = LessorLogic(view)
-    sw = "e0_0"
-    for other in view.switches:
-        net.apply(other, lessor.switch_connected(other))
-    old_exact = ofmsg.flow_add(TABLE_FORWARD, 1000, ofmsg.Match.of(eth_type=0x800, ip_proto=6,
-                                                                     ipv4_src="10.0.0.1", ipv4_dst="10.0.0.16",
-                                                                     tcp_src=1, tcp_dst=2),
-                               [ofmsg.Output(3)], cookie=cookie(APP_LESSOR))
-    net.apply(sw, [ofmsg.MeterMod("add", METER_LESSOR_BASE + 3, 1000, 100), ofmsg.MeterMod("add", 2, 500, 50),
-                   replace(old_exact, instructions=(ofmsg.MeterInstruction(METER_LESSOR_BASE + 3),
-                                                    *old_exact.instructions))])
-    held = net.held(sw)
-    msgs = LessorLogic(view).switch_reconciled(sw, held)       # a restarted controller: no flow of its own yet
-    assert msgs[-2:] == [ofmsg.flow_delete_strict(TABLE_FORWARD, 1000, old_exact.match, cookie(APP_LESSOR),
-                                                  COOKIE_APP_MASK), ofmsg.MeterMod("delete", METER_LESSOR_BASE + 3)]
-    net.apply(sw, msgs)
-    assert net.switches[sw].meters.keys() == {2} and not net.errors()
-    assert (TABLE_FORWARD, 1000, old_exact.match) not in net.switches[sw].entries
-    _all_delivered(view, net)
+    for sw in view.switches:
+        net.apply(sw, lessor.switch_connected(sw))
+    p_e, p_a = view.port("e0_0", "a0_0"), view.port("a0_0", "e0_0")
+    adopted_up = _exact("10.0.0.1", "10.0.0.16", p_e)              # no flow LESSOR knows
+    adopted_down = _exact("10.0.0.16", "10.0.0.1", p_a)
+    other = _exact("10.0.0.1", "10.0.0.12", view.port("e0_0", "a0_1"))
+    net.apply("e0_0", [adopted_up, other])
+    net.apply("a0_0", [adopted_down])
+    out = lessor.link_changed("e0_0", p_e, False)
+    for sw, msgs in out.items():
+        net.apply(sw, msgs)
+    assert (TABLE_FORWARD, 1000, adopted_up.match) not in net.switches["e0_0"].entries
+    assert (TABLE_FORWARD, 1000, adopted_down.match) not in net.switches["a0_0"].entries
+    assert (TABLE_FORWARD, 1000, other.match) in net.switches["e0_0"].entries
+    assert not net.errors()
+    # a host's port: the edge switch alone
+    out = lessor.link_changed("e0_0", view.port("e0_0", "h1"), False)
+    assert ofmsg.flow_delete(cookie(APP_LESSOR), COOKIE_APP_MASK, TABLE_FORWARD,
+                             out_port=view.port("e0_0", "h1")) in out["e0_0"]
+    assert "h1" not in out
 
 
 def test_lessor_modifies_a_meter_the_switch_holds_and_adds_one_it_lacks():
@@ -355,11 +423,15 @@ def test_a_switch_without_meters_is_reconciled_and_one_refusing_its_entries_is_w
     reqs = _features(inst, other)
     inst._error(ofp_event.EventOFPErrorMsg(Msg(other, xid=reqs["OFPFlowStatsRequest"].xid, type=1, code=2)))
     assert inst.reconciles == {"read": 1, "wiped": 1} and "e1_1" not in inst.readings
+    third = RecordingDatapath(view.dpid("e3_1"))
+    reqs3 = _features(inst, third)
+    inst._error(ofp_event.EventOFPErrorMsg(Msg(third, xid=reqs3["OFPGroupDescStatsRequest"].xid, type=1, code=2)))
+    assert inst.reconciles == {"read": 1, "wiped": 2} and "e3_1" not in inst.readings
     wiped = other.sent[4:]
     assert wiped[0].command == ofp.OFPFC_DELETE and wiped[0].cookie == cookie(APP_ROUTING)
     # an error that answers no read-back is nobody's business here
     inst._error(ofp_event.EventOFPErrorMsg(Msg(other, xid=9999, type=1, code=2)))
-    assert inst.reconciles == {"read": 1, "wiped": 1}
+    assert inst.reconciles == {"read": 1, "wiped": 2}
 
 
 def test_a_switch_silent_past_the_deadline_is_wiped_and_a_late_reply_is_ignored(ecmp, monkeypatch):
