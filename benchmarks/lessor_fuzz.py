@@ -29,7 +29,7 @@ from pathlib import Path
 from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser as parser
 
-from controller import ofmsg
+from controller import ofmsg, pipeline
 from bwtesting import readback
 from bwtesting.fakenet import FakeNetwork
 from mininet_topos import builders
@@ -215,9 +215,12 @@ class Harness:
             old = self.dps[sw]
             old.close()
             self.app._disconnected(ofp_event.EventOFPStateChange(old))
-            if r.random() < 0.5:
-                with self.net_lock:    # a restarted switch comes back with empty tables
+            fate = r.random()
+            with self.net_lock:
+                if fate < 0.4:         # a restarted switch comes back with empty tables
                     self.net.restart(sw)
+                elif fate < 0.7:       # or holding junk besides what it had (read back, reconciled)
+                    self._junk(self.net.switches[sw])
             new = FuzzDatapath(self.view.dpid(sw))   # or a lost connection: the tables stay
             self.dps[sw] = new
             self.connect(sw, new)
@@ -225,6 +228,27 @@ class Harness:
             sw = r.choice(list(self.dps))
             ports = [_port(r.choice([1, 2, 3, 4, 99, 0xFFFFFFFE]), r.random() < 0.8) for _ in range(3)]
             self.app._port_desc(ofp_event.EventOFPPortDescStatsReply(Msg(self.dps[sw], body=ports)))
+
+    def _junk(self, s) -> None:
+        """Entries, groups and meters no controller of this run installed:
+        routing's and LESSOR's cookies, another app's, any priority, groups
+        of any type and bucket, meters in either app's range."""
+        r = self.rng
+        for _ in range(r.randint(1, 6)):
+            match = ofmsg.Match.of(eth_type=0x800, ipv4_dst=f"10.{r.randint(0, 255)}.0.{r.randint(0, 255)}")
+            s.apply(ofmsg.flow_add(pipeline.TABLE_FORWARD, r.choice([7, 100, 200, 300, 1000]), match,
+                                   [ofmsg.Output(r.randint(1, 4))],
+                                   cookie=pipeline.cookie(r.choice([pipeline.APP_ROUTING, pipeline.APP_LESSOR, 9]))))
+        for _ in range(r.randint(0, 3)):
+            gid = r.randint(1, 40)
+            if gid not in s.groups:
+                ports = [r.randint(1, 4) for _ in range(r.randint(1, 4))]
+                s.apply(ofmsg.group_select(gid, ports) if r.random() < 0.7 else ofmsg.GroupMod(
+                    "add", "all", gid, (ofmsg.Bucket(tuple(ofmsg.Output(p) for p in ports)),)))
+        for _ in range(r.randint(0, 2)):
+            mid = r.choice([r.randint(1, 64), r.randint(pipeline.METER_LESSOR_BASE, pipeline.METER_LESSOR_BASE + 50)])
+            if mid not in s.meters:
+                s.apply(ofmsg.MeterMod("add", mid, r.randint(1, 10**6), 100))
 
     def counters(self) -> dict:
         lessor = self.app.lessor

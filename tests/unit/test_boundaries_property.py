@@ -186,8 +186,10 @@ def harness(tmp_path_factory):
 def test_openflow_event_sequences_through_the_fake_network(harness, seed):
     """Any sequence of fuzzed events (spoofs, link flaps, strangers, absurd
     counters, garbage echoes, duplicate dpids, reconnects), then a poll
-    round and an allocation: no handler or round raises, and every
-    installed long flow belongs to a host behind the ToR that counted it."""
+    round and an allocation: no handler or round raises, every installed
+    long flow belongs to a host behind the ToR that counted it, and every
+    switch holds exactly the routes and groups the app's state says
+    (switches that reconnect holding junk included: read back, reconciled).""" 
     import random
     harness.rng = random.Random(seed)
     for _ in range(25):
@@ -200,3 +202,13 @@ def test_openflow_event_sequences_through_the_fake_network(harness, seed):
     for key, inst in app.lessor.installed.items():
         src = view.host_by_ip(key[0])
         assert src is not None and inst.path[0] == src and view.host_switch(src)[0] == inst.path[1]
+    # every connected switch -- reconnected, restarted or holding junk when read back -- holds
+    # exactly the routes the app's state says it installed, and the groups they use
+    from controller.pipeline import APP_ROUTING
+    for sw in app.datapaths:
+        held = harness.net.held(sw)
+        state = app.lessor.routing._state.get(sw)
+        assert state is not None, sw
+        assert set(held.owned(APP_ROUTING << 48)) == set(state.flows), sw
+        assert {gid: layout for layout, gid in state.groups.items()} == {
+            gid: layout for gid, layout in held.groups.items()}, sw
