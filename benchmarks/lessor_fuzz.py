@@ -153,7 +153,10 @@ class Harness:
 
     # ---- the fuzzer ---------------------------------------------------------------------------
     def _traffic(self, pairs, packets: int, spoof: str | None = None, sport: int = 1000) -> None:
-        with self.net_lock:
+        # the fake fabric's links are up or down as the app's view says: a trace must not
+        # interleave with the app changing it (a gathered port change is acted on from the
+        # poll thread), so it holds the app's lock, then the network's (the order send() takes)
+        with self.app.lock, self.net_lock:
             for src, dst in pairs:
                 for _ in range(packets):
                     pkt = self.net.packet(src, dst, sport=sport, length=9000)

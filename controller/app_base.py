@@ -105,6 +105,7 @@ class FabricApp(BaseApp):
             self.sent[kind] = self.sent.get(kind, 0) + 1
 
 
+LINK_HOLD_S = 0.2   # port changes within this of the last recomputation are gathered (flap damping)
 RECONCILE_TIMEOUT_S = 3.0   # a switch's read-back replies, at most (then it is wiped and installed anew)
 
 
@@ -124,13 +125,18 @@ _NO_READING = _Reading(dp=None, t0=0.0)
 class ForwardingApp(FabricApp):
     """An app that installs the forwarding defaults: switch connect, port
     changes and disconnects go to ``self.logic``, which answers with
-    messages (``switch_connected``, ``link_changed``, ``switch_disconnected``)."""
+    messages (``switch_reconciled``/``switch_connected``, ``links_changed``,
+    ``switch_disconnected``)."""
 
     logic = None  # set by the subclass
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.port_loads = PortLoads(self.view)
+        self.pending_links: dict[tuple[str, int], bool] = {}   # port changes not acted on yet
+        self.link_flush_at: float | None = None          # when the gathered changes are due
+        self.last_link_flush = float("-inf")
+        self.link_events = {"received": 0, "recomputed": 0, "coalesced": 0}
         self.readings: dict[str, _Reading] = {}          # switch -> its read-back in progress
         self.reading_xids: dict[int, str] = {}           # xid of a read-back request -> switch
         self.reconciles: dict[str, int] = {}             # "read": reconciled from what it held; "wiped"
@@ -281,6 +287,8 @@ class ForwardingApp(FabricApp):
                 yield "bwfabric_port_transmit_bytes", {"switch": sw, "port": port}, n
             for how, n in sorted(self.reconciles.items()):
                 yield "bwfabric_switch_reconciles", {"how": how}, n
+            for what, n in sorted(self.link_events.items()):
+                yield "bwfabric_port_changes", {"what": what}, n
 
     def _port_stats_loop(self):
         """Every switch's port counters, every ``controller.port_stats_s``;
@@ -351,11 +359,44 @@ class ForwardingApp(FabricApp):
             self.handle("switch_disconnected", self.logic.switch_disconnected, switch)
 
     def _port_changed(self, switch, port, up):
+        """A port went up or down. The first change after a quiet
+        ``LINK_HOLD_S`` is acted on at once (a failure is routed around
+        without delay); changes within the hold after it are gathered, the
+        last state of each port kept, and acted on together when the hold
+        ends -- so a flapping link costs at most one recomputation of the
+        routes per hold, whatever its rate."""
         if switch is None or port > 0xFFFFFF00:
             return
         if self.view.peer(switch, port) is None:
             self.refuse("unknown_port", "port %s:%d is not in the topology: ignored", switch, port)
             return
-        for sw, msgs in self.logic.link_changed(switch, port, up).items():
-            self.logger.info("port %s:%d %s: updating %s", switch, port, "up" if up else "down", sw)
+        self.link_events["received"] += 1
+        self.pending_links.pop((switch, port), None)
+        self.pending_links[(switch, port)] = up          # in the order of each port's last report
+        if self.link_flush_at is not None:
+            return                                         # a flush is due: it takes this change too
+        wait = self.last_link_flush + LINK_HOLD_S - time.monotonic()
+        if wait <= 0:
+            self.flush_links()
+        else:
+            self.link_flush_at = self.last_link_flush + LINK_HOLD_S
+            hub.spawn(self._flush_links_later, wait)
+
+    def _flush_links_later(self, wait: float) -> None:
+        hub.sleep(wait)
+        self.handle("link_flush", self.flush_links)
+
+    def flush_links(self) -> None:
+        """Act on the port changes gathered so far (one recomputation)."""
+        changes = [(sw, port, up) for (sw, port), up in self.pending_links.items()]
+        self.pending_links.clear()
+        self.link_flush_at = None
+        self.last_link_flush = time.monotonic()
+        if not changes:
+            return
+        self.link_events["recomputed"] += 1
+        self.link_events["coalesced"] += len(changes) - 1
+        what = ", ".join(f"{sw}:{port} {'up' if up else 'down'}" for sw, port, up in changes[:6])
+        for sw, msgs in self.logic.links_changed(changes).items():
+            self.logger.info("ports %s%s: updating %s", what, " ..." if len(changes) > 6 else "", sw)
             self.send(sw, msgs)

@@ -202,20 +202,31 @@ class LessorLogic:
         return meters, entries
 
     def link_changed(self, switch: str, port: int, up: bool) -> dict[str, list[ofmsg.Message]]:
-        """Defaults are rerouted at once; long flows whose path lost a link
-        lose their exact entries too, so they fall back to the (already
-        rerouted) defaults -- no blackhole -- until the next allocation."""
-        out = self.routing.link_changed(switch, port, up)
+        return self.links_changed([(switch, port, up)])
+
+    def links_changed(self, changes: list[tuple[str, int, bool]]) -> dict[str, list[ofmsg.Message]]:
+        """Ports that went up or down, in the order reported (one, or a
+        flapping link's gathered reports). Defaults are rerouted at once;
+        every LESSOR entry that outputs to a link now down goes, at both
+        ends, and long flows whose path lost a link lose their exact entries
+        too, so they fall back to the (already rerouted) defaults -- no
+        blackhole -- until the next allocation."""
+        out = self.routing.links_changed(changes)
         if self.bg_routes.up or self.bg.host:
             for sw, msgs in self._set_routes(pack(self.view, self.bg.hose_vms(), self.bg.mu,
                                                   self.bg_routes.up)).items():
                 out.setdefault(sw, []).extend(msgs)
-        if up:
+        dead: set[tuple[str, int]] = set()
+        for switch, port, _ in changes:
+            peer = self.view.peer(switch, port)
+            if peer is None or self.view.link_up(switch, peer):
+                continue
+            for sw, p in ((switch, port), (peer, self.view.port(peer, switch))):
+                if not self.view.is_host(sw) and (sw, p) not in dead:
+                    dead.add((sw, p))
+                    out.setdefault(sw, []).extend(self._dead_port_entries(sw, [p]))
+        if not dead:
             return out
-        peer = self.view.peer(switch, port)
-        for sw, p in ((switch, port), (peer, self.view.port(peer, switch) if peer is not None else None)):
-            if sw is not None and p is not None and not self.view.is_host(sw):
-                out.setdefault(sw, []).extend(self._dead_port_entries(sw, [p]))
         for key, inst in sorted(self.installed.items()):
             links = self.view.path_links(inst.path)
             if all(self.view.link_up(u, v) for u, v in links):

@@ -260,7 +260,12 @@ class DestinationRouting:
 
     def link_changed(self, switch: str, port: int, up: bool) -> dict[str, list[ofmsg.Message]]:
         """A port went up/down: update the view and every connected switch."""
-        if self.view.set_port_state(switch, port, up) is None:
+        return self.links_changed([(switch, port, up)])
+
+    def links_changed(self, changes: list[tuple[str, int, bool]]) -> dict[str, list[ofmsg.Message]]:
+        """Ports that went up or down, in the order reported: the view takes
+        them all, then every connected switch is brought to it once."""
+        if not [c for c in [self.view.set_port_state(sw, port, up) for sw, port, up in changes] if c is not None]:
             return {}
         out = {}
         for sw in sorted(self._state):

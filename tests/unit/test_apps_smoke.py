@@ -70,6 +70,9 @@ def test_every_handler_once(topo_env, cls, app):
     port = view.port("e0_0", "a0_0")
     inst._port_status(ofp_event.EventOFPPortStatus(
         Msg(e00, reason=ofproto_v1_3.OFPPR_MODIFY, desc=_port(port, up=False))))
+    if inst.pending_links:                    # within the hold of the port description's flush
+        assert inst.pending_links == {("e0_0", port): False} and inst.link_flush_at is not None
+        inst.flush_links()
     assert not inst.view.link_up("e0_0", "a0_0")
     assert sum(len(dp.sent) for dp in dps.values()) > sum(before.values())
     # unknown datapath is ignored, disconnect forgets the switch
@@ -87,3 +90,41 @@ def test_app_without_configuration_fails_clearly(monkeypatch):
     monkeypatch.delenv("BWFABRIC_CONFIG", raising=False)
     with pytest.raises(RuntimeError, match="BWFABRIC_CONFIG"):
         EcmpApp()
+
+
+def test_a_flapping_port_costs_one_recomputation_per_hold(topo_env):
+    """Flap damping (controller.app_base.LINK_HOLD_S): the first change after
+    a quiet hold is acted on at once; changes within the hold are gathered,
+    each port's last state kept in the order of its last report, and acted
+    on together -- a down-up flap inside a hold changes nothing."""
+    from controller import app_base
+    view = topo_env
+    inst = EcmpApp()
+    dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
+    for dp in dps.values():
+        connect(inst, dp)
+    calls = []
+    real = inst.logic.links_changed
+    inst.logic.links_changed = lambda changes: calls.append(list(changes)) or real(changes)
+    e00, port = dps["e0_0"], view.port("e0_0", "a0_0")
+    status = lambda up: inst._port_status(ofp_event.EventOFPPortStatus(  # noqa: E731
+        Msg(e00, reason=ofproto_v1_3.OFPPR_MODIFY, desc=_port(port, up=up))))
+    status(False)                                          # quiet before: at once
+    assert calls == [[("e0_0", port, False)]] and not inst.view.link_up("e0_0", "a0_0")
+    for up in (True, False, True, False, True):            # a storm inside the hold
+        status(up)
+    other = view.port("e0_0", "a0_1")
+    inst._port_status(ofp_event.EventOFPPortStatus(Msg(e00, reason=ofproto_v1_3.OFPPR_MODIFY,
+                                                       desc=_port(other, up=False))))
+    status(True)
+    assert len(calls) == 1 and inst.pending_links == {("e0_0", other): False, ("e0_0", port): True}
+    assert inst.link_flush_at == inst.last_link_flush + app_base.LINK_HOLD_S
+    inst.flush_links()
+    assert calls[1] == [("e0_0", other, False), ("e0_0", port, True)]
+    assert inst.view.link_up("e0_0", "a0_0") and not inst.view.link_up("e0_0", "a0_1")
+    assert inst.link_events == {"received": 8, "recomputed": 2, "coalesced": 1}
+    inst.flush_links()                                     # nothing gathered: nothing done
+    assert len(calls) == 2
+    inst.last_link_flush -= app_base.LINK_HOLD_S           # quiet again: at once
+    status(False)
+    assert len(calls) == 3 and inst.link_flush_at is None
