@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from controller import api, config, metrics, ofmsg, ofread, ofsend, runtime
 from bwcommon.loops import LoopGuard
+from controller.linkdamp import LinkDamping
 from controller.network_view import NetworkView
 from controller.portstats import PortLoads
 from controller.sdn import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, BaseApp, hub, ofp_event,
@@ -136,7 +137,9 @@ class ForwardingApp(FabricApp):
         self.pending_links: dict[tuple[str, int], bool] = {}   # port changes not acted on yet
         self.link_flush_at: float | None = None          # when the gathered changes are due
         self.last_link_flush = float("-inf")
-        self.link_events = {"received": 0, "recomputed": 0, "coalesced": 0}
+        self.link_events = {"received": 0, "recomputed": 0, "coalesced": 0, "held_down": 0, "released": 0}
+        self.damping = LinkDamping()                     # flapping ports held down (controller.linkdamp)
+        self.release_at: float | None = None             # when held-down ports are checked next
         self.readings: dict[str, _Reading] = {}          # switch -> its read-back in progress
         self.reading_xids: dict[int, str] = {}           # xid of a read-back request -> switch
         self.reconciles: dict[str, int] = {}             # "read": reconciled from what it held; "wiped"
@@ -364,13 +367,23 @@ class ForwardingApp(FabricApp):
         without delay); changes within the hold after it are gathered, the
         last state of each port kept, and acted on together when the hold
         ends -- so a flapping link costs at most one recomputation of the
-        routes per hold, whatever its rate."""
+        routes per hold, whatever its rate. A port that keeps flapping is
+        held down (:class:`controller.linkdamp.LinkDamping`) until it has
+        stayed up for the damping's hold, then let back in."""
         if switch is None or port > 0xFFFFFF00:
             return
         if self.view.peer(switch, port) is None:
             self.refuse("unknown_port", "port %s:%d is not in the topology: ignored", switch, port)
             return
         self.link_events["received"] += 1
+        now = time.monotonic()
+        acted = self.damping.report((switch, port), up, now)   # a flapping port is held down
+        if up and not acted:
+            self.link_events["held_down"] += 1
+            self._release_later(self.damping.next_release() - now)
+        self._gather(switch, port, acted)
+
+    def _gather(self, switch: str, port: int, up: bool) -> None:
         self.pending_links.pop((switch, port), None)
         self.pending_links[(switch, port)] = up          # in the order of each port's last report
         if self.link_flush_at is not None:
@@ -386,6 +399,27 @@ class ForwardingApp(FabricApp):
         hub.sleep(wait)
         self.handle("link_flush", self.flush_links)
 
+    def _release_later(self, wait: float) -> None:
+        if self.release_at is not None and self.release_at <= time.monotonic() + wait:
+            return                                         # a check comes sooner: it reschedules
+        self.release_at = time.monotonic() + wait
+        hub.spawn(self._release_round_later, wait)
+
+    def _release_round_later(self, wait: float) -> None:
+        hub.sleep(max(0.0, wait))
+        self.handle("link_release", self.release_links)
+
+    def release_links(self) -> None:
+        """Let back in the held-down ports that stayed up through their hold."""
+        self.release_at = None
+        now = time.monotonic()
+        for switch, port in self.damping.due(now):
+            self.link_events["released"] += 1
+            self._gather(switch, port, True)
+        later = self.damping.next_release()
+        if later != float("inf"):
+            self._release_later(later - now)
+
     def flush_links(self) -> None:
         """Act on the port changes gathered so far (one recomputation)."""
         changes = [(sw, port, up) for (sw, port), up in self.pending_links.items()]
@@ -397,6 +431,8 @@ class ForwardingApp(FabricApp):
         self.link_events["recomputed"] += 1
         self.link_events["coalesced"] += len(changes) - 1
         what = ", ".join(f"{sw}:{port} {'up' if up else 'down'}" for sw, port, up in changes[:6])
-        for sw, msgs in self.logic.links_changed(changes).items():
-            self.logger.info("ports %s%s: updating %s", what, " ..." if len(changes) > 6 else "", sw)
+        updates = self.logic.links_changed(changes)
+        self.logger.info("ports %s%s: updating %d switches (%s)", what, " ..." if len(changes) > 6 else "",
+                         len(updates), ", ".join(sorted(updates)))
+        for sw, msgs in updates.items():
             self.send(sw, msgs)

@@ -49,7 +49,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], str]] = {
     "bwfabric_openflow_messages_sent": ("counter", ("kind",), "OpenFlow messages sent to switches, by kind"),
     "bwfabric_switches_connected": ("gauge", (), "switches with a live OpenFlow connection"),
     "bwfabric_port_changes": ("counter", ("what",), "port up/down reports (received), recomputations of the "
-                              "routes they caused (recomputed), and reports folded into another's (coalesced)"),
+                              "routes they caused (recomputed), reports folded into another's (coalesced), 'up' "
+                              "reports of a flapping port held down (held_down), held ports let back in (released)"),
     "bwfabric_switch_reconciles": ("counter", ("how",), "(re)connected switches brought to the view: read back and "
                                    "reconciled (read), or wiped and installed anew (wiped)"),
     "bwfabric_loop_errors": ("counter", ("loop",), "rounds of a periodic loop or handler that raised"),

@@ -154,11 +154,14 @@ def _failure(fab: Fabric, topo, cfg: Config, out_dir: Path, state_file: Path) ->
 
 def controller_updates(log_file: Path, t_fail_wall: float) -> list[float]:
     """Seconds after the failure at which the controller sent switches
-    their rerouting updates ("port X down: updating S" in its log)."""
+    their rerouting updates (a line "ports X down, ...: updating N switches
+    (S, ...)" in its log per recomputation that took a port down)."""
     import datetime
+    import re
     out = []
     for line in log_file.read_text().splitlines():
-        if " down: updating " not in line:
+        m = re.search(r" ports (.*): updating \d+ switches", line)
+        if m is None or " down" not in m.group(1):
             continue
         stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
         if stamp >= t_fail_wall - 1.0:

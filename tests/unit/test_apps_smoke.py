@@ -98,8 +98,10 @@ def test_a_flapping_port_costs_one_recomputation_per_hold(topo_env):
     each port's last state kept in the order of its last report, and acted
     on together -- a down-up flap inside a hold changes nothing."""
     from controller import app_base
+    from controller.linkdamp import LinkDamping
     view = topo_env
     inst = EcmpApp()
+    inst.damping = LinkDamping(threshold=100)               # gathering alone (held-down ports: next test)
     dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
     for dp in dps.values():
         connect(inst, dp)
@@ -122,9 +124,38 @@ def test_a_flapping_port_costs_one_recomputation_per_hold(topo_env):
     inst.flush_links()
     assert calls[1] == [("e0_0", other, False), ("e0_0", port, True)]
     assert inst.view.link_up("e0_0", "a0_0") and not inst.view.link_up("e0_0", "a0_1")
-    assert inst.link_events == {"received": 8, "recomputed": 2, "coalesced": 1}
+    assert inst.link_events == {"received": 8, "recomputed": 2, "coalesced": 1, "held_down": 0, "released": 0}
     inst.flush_links()                                     # nothing gathered: nothing done
     assert len(calls) == 2
     inst.last_link_flush -= app_base.LINK_HOLD_S           # quiet again: at once
     status(False)
     assert len(calls) == 3 and inst.link_flush_at is None
+
+
+def test_a_port_that_keeps_flapping_is_held_down_until_it_stays_up(topo_env):
+    """controller.linkdamp through the adapter: after four changes within
+    2 s the port's "up" reports are not acted on -- the view keeps the link
+    down, so routes and groups leave it -- until it has stayed up for the
+    hold; then it is let back in by itself."""
+    view = topo_env
+    inst = EcmpApp()
+    dps = {sw: RecordingDatapath(view.dpid(sw)) for sw in view.switches}
+    for dp in dps.values():
+        connect(inst, dp)
+    e00, port = dps["e0_0"], view.port("e0_0", "a0_0")
+    for up in (False, True, False, True, False, True):
+        inst._port_status(ofp_event.EventOFPPortStatus(Msg(e00, reason=ofproto_v1_3.OFPPR_MODIFY,
+                                                           desc=_port(port, up=up))))
+    inst.flush_links()
+    assert not inst.view.link_up("e0_0", "a0_0")             # reported up last, held down
+    assert inst.link_events["held_down"] >= 1 and inst.damping.held() == [("e0_0", port)]
+    assert inst.release_at is not None
+    inst.release_links()                                     # too early: still held
+    inst.flush_links()
+    assert not inst.view.link_up("e0_0", "a0_0")
+    inst.damping.ports[("e0_0", port)].held_until -= 10      # its hold has passed
+    sent = sum(len(dp.sent) for dp in dps.values())
+    inst.release_links()
+    inst.flush_links()
+    assert inst.view.link_up("e0_0", "a0_0") and inst.link_events["released"] == 1
+    assert sum(len(dp.sent) for dp in dps.values()) > sent and inst.damping.held() == []

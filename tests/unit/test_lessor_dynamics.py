@@ -76,7 +76,8 @@ def test_controller_updates_are_read_from_its_log(tmp_path):
     t = datetime.datetime(2026, 11, 22, 7, 28, 20, 130833).timestamp()
     (tmp_path / "c.log").write_text(
         "2026-11-22 07:28:01,106 bwfabric INFO starting\n"
-        "2026-11-22 07:28:20,167 LessorApp INFO port e0_0:3 down: updating a0_0\n"
-        "2026-11-22 07:28:20,245 LessorApp INFO port a0_0:1 down: updating e3_1\n")
+        "2026-11-22 07:28:20,167 LessorApp INFO ports e0_0:3 down: updating 2 switches (a0_0, e0_0)\n"
+        "2026-11-22 07:28:20,200 LessorApp INFO ports e0_0:3 up: updating 2 switches (a0_0, e0_0)\n"
+        "2026-11-22 07:28:20,245 LessorApp INFO ports e0_0:3 up, a0_0:1 down: updating 1 switches (e3_1)\n")
     assert controller_updates(tmp_path / "c.log", t) == [pytest.approx(0.0362, abs=1e-3),
                                                           pytest.approx(0.1142, abs=1e-3)]
