@@ -403,10 +403,77 @@ def strays_removed(tmp: Path) -> dict:
     return out
 
 
+def _lrc_classes() -> dict[str, float]:
+    from hostagent.executor import read_tc
+    st = read_tc("ag0")
+    return {f"{c >> 16:x}:{c & 0xFFFF:x}": round(k.rate_Bps * 8 / 1e6, 3) for c, k in st.classes.items()}
+
+
+def lrc_before_kill(tmp: Path) -> dict:
+    """An agent process running LRC (HTB pair classes): one pair open, a
+    factor in force (BG 40, WC ceiling 20). Prints what the kernel holds,
+    then waits to be SIGKILLed (no teardown, no handler runs: the kernel
+    keeps what it held). State and bpffs under ``tmp``, kept for the next."""
+    import socket
+    a, out = lrc_agent(tmp, tmp / "bpffs", "ceiling", False)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(2):
+        udp_to(sock, "10.9.0.2")
+        a.lrc_round()
+    with a.lock:
+        a._dispatch("rates", {"generation": 0, "factors": {"10.9.0.2": [30.0, 2.0, 40.0]}})
+    udp_to(sock, "10.9.0.2")
+    out["did"] = a.lrc_round()
+    out["classes"] = _lrc_classes()
+    out["in_force"] = a.status()["in_force"]
+    print(json.dumps(out), flush=True)
+    while True:
+        time.sleep(60)
+
+
+def lrc_after_kill(tmp: Path) -> dict:
+    """The agent started again on the killed one's state: what the kernel
+    holds before any configuration; the controller's push (the same
+    configuration) with no factor yet -- the fail-safe: the pair at its
+    guarantee, no WC above it --; then a fresh factor."""
+    import socket
+    out: dict = {"kernel_at_start": _lrc_classes()}
+    # the scenario's bpffs was mounted in the killed process's mount namespace (``ip netns exec``
+    # gives each its own) and went with it; a host's /sys/fs/bpf keeps its pinned maps: make them again
+    make_bpf_maps(tmp / "bpffs")
+    a = agent(tmp, tmp / "bpffs")
+    st = a.status()
+    out["status_at_start"] = {"in_force": st["in_force"], "generation": st.get("generation")}
+    lrc = {"mode": "combined", "wc": "ceiling", "weight": 1.0, "params": {"alpha": 20.0, "pair_idle_s": 1.0},
+           "peers": LRC_PEERS}
+    cfg = P.HostConfig.from_dict({**BASE, "guarantee_mbps": 40, "wc_subflows": 1, "lrc": lrc, "demote_bg": False})
+    out["apply"] = a._vm(cfg).put_with_lrc(cfg)
+    out["after_push"] = _lrc_classes()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(2):
+        udp_to(sock, "10.9.0.2")
+        out["did"] = a.lrc_round()
+    out["no_factor_yet"] = _lrc_classes()
+    out["no_factor_in_force"] = a.status()["in_force"]
+    with a.lock:
+        a._dispatch("rates", {"generation": 0, "factors": {"10.9.0.2": [30.0, 2.0, 40.0]}})
+    udp_to(sock, "10.9.0.2")
+    a.lrc_round()
+    out["fresh_factor"] = _lrc_classes()
+    a.executor.teardown()
+    out["clean"] = a.executor.clean_differences()
+    drop_bpf_maps(tmp / "bpffs")
+    return out
+
+
 SCENARIOS = {f.__name__: f for f in (first_config_fails, failed_apply_then_repair, structural_changes,
                                      pair_updates, under_traffic, refused_configs_change_nothing, lrc_pairs,
-                                     lrc_pairs_marker, lrc_pairs_buckets, strays_removed)}
+                                     lrc_pairs_marker, lrc_pairs_buckets, strays_removed, lrc_before_kill,
+                                     lrc_after_kill)}
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as d:
-        print(json.dumps(SCENARIOS[sys.argv[1]](Path(d))))
+    if len(sys.argv) > 2:                      # a directory the caller keeps (a scenario in two processes)
+        print(json.dumps(SCENARIOS[sys.argv[1]](Path(sys.argv[2]))))
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            print(json.dumps(SCENARIOS[sys.argv[1]](Path(d))))

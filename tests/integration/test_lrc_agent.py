@@ -104,3 +104,47 @@ def test_entries_another_run_left_under_a_vms_address_are_removed_when_it_is_con
     assert out["pace"] is None and not out["stale_bucket"] and out["foreign_bucket"], out
     assert out["in_force"] and out["differences"] == [], out
     assert not out["after_write"]["in_force"] and "bwf_bgpace" in " ".join(out["after_write"]["differences"])
+
+
+def test_an_agent_killed_under_lrc_leaves_its_limits_and_restarts_into_the_fail_safe(netns, tmp_path):
+    """Issue #34 section 4: SIGKILL an agent running LRC (a pair at BG 40,
+    WC ceiling 20 from a factor). The kernel keeps every limit (the VM is
+    never unlimited); the agent started again changes nothing before its
+    configuration comes; the controller's push puts the pair at its
+    guarantee with no WC above it until a fresh factor (the fail-safe, not
+    the dead process's factor); the factor then moves it as before."""
+    import signal
+    import time as _time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-m", "tests.integration.agent_scenarios",
+                              "lrc_before_kill", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT, env=env)
+    try:
+        line = first.stdout.readline()
+        assert line, first.stderr.read()[-3000:]
+        before = json.loads(line)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    assert first.returncode == -signal.SIGKILL
+    _time.sleep(0.5)
+    res = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "tests.integration.agent_scenarios",
+                          "lrc_after_kill", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    after = json.loads(res.stdout)
+    print("killed with:", {k: before["classes"].get(k) for k in ("1:100", "1:300")},
+          "kernel at restart:", {k: after["kernel_at_start"].get(k) for k in ("1:100", "1:300")},
+          "pushed, no factor:", {k: after["no_factor_yet"].get(k) for k in ("1:100", "1:300")},
+          "fresh factor:", {k: after["fresh_factor"].get(k) for k in ("1:100", "1:300")})
+    assert before["in_force"] and before["classes"]["1:100"] == pytest.approx(40, rel=0.01)
+    assert before["classes"]["1:300"] == pytest.approx(20, rel=0.01)
+    # the kernel kept every limit through the kill
+    assert after["kernel_at_start"] == before["classes"]
+    # the controller's push, no factor yet: BG at the guarantee, WC nothing above it
+    assert after["no_factor_in_force"], after
+    assert after["no_factor_yet"]["1:100"] == pytest.approx(40, rel=0.01)
+    assert after["no_factor_yet"]["1:300"] == pytest.approx(0.008, abs=0.001)
+    assert after["fresh_factor"]["1:300"] == pytest.approx(20, rel=0.01)
+    assert after["clean"] == []
