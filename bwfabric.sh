@@ -13,7 +13,7 @@ cd "$(dirname "$(readlink -f "$0")")"
 APT_AGENT=(python3-venv python3-pip iproute2 nftables clang bpftool libbpf-dev)
 APT_CONTROLLER=(python3-venv python3-pip)
 APT_EMULATION=("${APT_AGENT[@]}" openvswitch-switch openvswitch-common mininet iperf3 ethtool iputils-ping
-               procps psmisc tcpdump mptcpd gcc libc6-dev)
+               procps psmisc tcpdump mptcpd gcc libc6-dev etcd-server)
 
 role_of() {
     case "$1" in

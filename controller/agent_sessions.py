@@ -550,6 +550,21 @@ class AgentSessions:
                 if one["wc_rate_bps"] is not None:
                     yield "bwfabric_tenant_wc_rate_bytes_per_second", labels, one["wc_rate_bps"] / 8
 
+    def lead(self, generation: int, loaded: Loaded, version: int) -> None:
+        """This process leads now (controller.ha) with ``generation``: every
+        session anew under it (agents refuse anything lower), full pushes."""
+        self.stop()
+        with self.lock:
+            self.generation = generation
+            self.configs = {}
+        self.update(None, loaded, version)
+
+    def follow(self) -> None:
+        """A standby pushes nothing: every session stops."""
+        self.stop()
+        with self.lock:
+            self.configs = {}
+
     def session(self, host: str) -> Session | None:
         with self.lock:
             return self.sessions.get(host)

@@ -161,6 +161,9 @@ class Api:
         if endpoint == "metrics":
             return Response(generate_latest(self.registry), mimetype=CONTENT_TYPE_LATEST)
         self._authorise(request)
+        if request.method not in ("GET", "HEAD") and not self.rt.leading():
+            raise ApiError(503, "this controller is a standby (controller.ha): it answers reads only; send "
+                                f"changes to the leader ({self.rt.leader_name or 'not known yet'})")
         for name in args.values():
             if not _NAME.match(name):
                 raise ApiError(422, f"{name!r}: names are 1-32 letters, digits, '_', '.' or '-'")
@@ -178,6 +181,7 @@ class Api:
         loaded = rt.loaded
         agents = self.sessions.states() if self.sessions is not None else []
         return _json({"digest": loaded.digest, "version": rt.version, "generation": rt.generation,
+                      "role": rt.role, "leader": rt.leader_name,
                       "file": str(loaded.path) if loaded.path else None, "load_errors": rt.load_errors,
                       "last_error": rt.last_error, "overlay_set_aside": rt.overlay_set_aside,
                       "routing": loaded.cfg.controller.routing,

@@ -95,11 +95,62 @@ class FabricApp(BaseApp):
             return switch
         return None
 
+    # ---- roles (controller.ha): a standby keeps a warm view and writes nothing ------------------
+    @staticmethod
+    def leading() -> bool:
+        rt = runtime.current()
+        return rt is None or rt.leading()
+
+    @staticmethod
+    def role_request() -> ofmsg.RoleRequest | None:
+        """What this process asks to be on a switch: MASTER with its
+        generation as leader, SLAVE with the leader's as a standby; None
+        without an election (or before a standby knows any leader)."""
+        rt = runtime.current()
+        if rt is None or rt.role == "single":
+            return None
+        if rt.role == "leader":
+            return ofmsg.RoleRequest("master", rt.generation)
+        return ofmsg.RoleRequest("slave", rt.leader_generation) if rt.leader_generation else None
+
+    def _watch_role(self) -> None:
+        rt = runtime.current()
+        if rt is not None:
+            rt.on_role(lambda role, generation: self.handle("role_change", self._role_changed, role))
+
+    def _role_changed(self, role: str) -> None:
+        request = self.role_request()
+        switches = sorted(self.datapaths)
+        self.logger.warning("role %s: telling %d switches%s", role, len(switches),
+                            "" if request is None else f" ({request.role}, generation {request.generation_id})")
+        for sw in switches:
+            if request is not None:
+                self.send(sw, [request])
+        if role == "leader":
+            self.promoted(switches)
+        else:
+            self.demoted(switches)
+
+    def promoted(self, switches: list[str]) -> None:
+        """This process now leads: bring the connected switches to its view."""
+
+    def demoted(self, switches: list[str]) -> None:
+        """This process is a standby now: forget what it would write."""
+
+    WRITES = (ofmsg.FlowMod, ofmsg.GroupMod, ofmsg.MeterMod, ofmsg.PacketOut)
+
     def send(self, switch: str, msgs) -> None:
         dp = self.datapaths.get(switch)
         if dp is None:
             self.logger.warning("not sending %d messages to %s: not connected", len(msgs), switch)
             return
+        if not self.leading():
+            writes = [m for m in msgs if isinstance(m, self.WRITES)]
+            if writes:                 # a standby writes nothing (the switch would refuse a SLAVE anyway)
+                self.sent["not_leading"] = self.sent.get("not_leading", 0) + len(writes)
+                msgs = [m for m in msgs if not isinstance(m, self.WRITES)]
+                if not msgs:
+                    return
         ofsend.send(dp, msgs)
         for m in msgs:
             kind = type(m).__name__
@@ -134,6 +185,10 @@ class ForwardingApp(FabricApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.port_loads = PortLoads(self.view)
+        self._watch_role()
+        self.granted: dict[str, tuple[str, int]] = {}    # switch -> the role it granted this process, generation
+        self.promoted_at: float | None = None
+        self.all_master_logged: int | None = None
         self.pending_links: dict[tuple[str, int], bool] = {}   # port changes not acted on yet
         self.link_flush_at: float | None = None          # when the gathered changes are due
         self.last_link_flush = float("-inf")
@@ -165,6 +220,15 @@ class ForwardingApp(FabricApp):
         switch = self.register(dp)
         if not switch:
             return
+        request = self.role_request()
+        if request is not None:
+            self.send(switch, [request])
+        if not self.leading():                 # a standby: the ports for a warm view, nothing written
+            self.send(switch, [ofmsg.PortDescRequest()])
+            return
+        self._read_back(switch, dp)
+
+    def _read_back(self, switch: str, dp) -> None:
         reading = _Reading(dp, time.monotonic())
         self.readings[switch] = reading
         for part, req in (("groups", ofmsg.GroupDescRequest()), ("meters", ofmsg.MeterConfigRequest()),
@@ -174,6 +238,41 @@ class ForwardingApp(FabricApp):
             self.reading_xids[xid] = switch
         self.send(switch, [ofmsg.PortDescRequest()])
         hub.spawn(self._reading_deadline, switch, reading)
+
+    def promoted(self, switches: list[str]) -> None:
+        self.promoted_at = time.monotonic()
+        for sw in switches:
+            if sw not in self.readings:
+                self._read_back(sw, self.datapaths[sw])
+
+    @set_ev_cls(ofp_event.EventOFPRoleReply, MAIN_DISPATCHER)
+    def _role_reply(self, ev):
+        self.handle("role_reply", self._role_reply_round, ev)
+
+    def _role_reply_round(self, ev):
+        """What a switch granted (the log says when every connected switch
+        has this process as MASTER: the failover's end)."""
+        switch = self._registered(ev.msg.datapath)
+        if switch is None:
+            return
+        ofp = ev.msg.datapath.ofproto
+        role = {ofp.OFPCR_ROLE_MASTER: "master", ofp.OFPCR_ROLE_SLAVE: "slave",
+                ofp.OFPCR_ROLE_EQUAL: "equal"}.get(ev.msg.role, str(ev.msg.role))
+        self.granted[switch] = (role, ev.msg.generation_id)
+        rt = runtime.current()
+        if (role == "master" and rt is not None and rt.role == "leader" and self.datapaths
+                and all(self.granted.get(sw, ("", 0)) == ("master", rt.generation) for sw in self.datapaths)
+                and self.all_master_logged != rt.generation):
+            self.all_master_logged = rt.generation
+            since = time.monotonic() - self.promoted_at if self.promoted_at is not None else 0.0
+            self.logger.warning("MASTER on all %d switches (generation %d), %.3f s after this process was "
+                                "elected", len(self.datapaths), rt.generation, since)
+
+    def demoted(self, switches: list[str]) -> None:
+        for sw in switches:
+            if sw in self.readings:
+                self._reading_done(sw, self.readings[sw])
+            self.logic.switch_disconnected(sw)     # its state is rebuilt from the switch when it leads again
 
     def unregister(self, dp) -> str | None:
         switch = super().unregister(dp)

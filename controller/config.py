@@ -77,8 +77,33 @@ class OpenFlow(_Strict):
     tls: OpenFlowTls | None = Field(None, description="OpenFlow over TLS (all three files); absent: plain TCP")
 
 
+class Ha(_Strict):
+    etcd: str = Field(description="etcd's client URL, http://HOST:PORT or https://HOST:PORT")
+    node: Name = Field(description="this controller's name in the election (one per controller)")
+    key: str = Field("/bwfabric/leader", pattern=r"^/[!-~]{1,255}$", description="the etcd key the leader "
+                     "holds (the same for every controller of the fabric)")
+    ttl_s: float = Field(2.0, ge=1, le=60, description="the leader's lease: a dead leader is replaced this "
+                         "long after its last renewal")
+    poll_s: float = Field(0.2, ge=0.05, le=10, description="how often a standby looks for a vacant leader key")
+
+    @field_validator("etcd")
+    @classmethod
+    def _etcd(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+        u = urlsplit(v)
+        try:
+            port = u.port
+        except ValueError:
+            port = None
+        if u.scheme not in ("http", "https") or not u.hostname or port is None or u.path not in ("", "/"):
+            raise ValueError(f"{v!r} must be http://HOST:PORT or https://HOST:PORT")
+        return v
+
+
 class Controller(_Strict):
     openflow: OpenFlow = Field(default_factory=OpenFlow, description="the switches' side")
+    ha: Ha | None = Field(None, description="active/standby controllers: a leader election on etcd "
+                          "(docs/scale-out.md); absent: this controller alone")
     routing: Literal[ROUTING_APPS] = Field("ecmp", description="the routing app: single_path, ecmp, lessor "
                                            "or hedera (exactly one)")
     prio_queues: bool = Field(True, description="install BG/WC classification (and the ToR meters) beside "

@@ -133,6 +133,8 @@ def run(loaded: config.Loaded) -> None:
         log.error("the API's persisted changes no longer fit; starting without them -- %s (kept in %s)",
                   loaded.set_aside.describe(), side)
     rt = runtime.start(loaded)
+    if c.ha is not None:
+        rt.role = "standby"        # until the election says otherwise: nothing written to switches or agents
     try:
         services = start_services(rt)
     except Exception:
@@ -161,10 +163,44 @@ def run(loaded: config.Loaded) -> None:
     log.info("starting %s on %s:%d (%s); configuration %s, generation %d", ", ".join(modules),
              c.openflow.listen, c.openflow.port, "OpenFlow over TLS" if tls else "plain TCP", loaded.digest,
              rt.generation)
+    election = None
+    if c.ha is not None:
+        election = start_election(rt, c.ha, hub)
     try:
         AppManager.run_apps(modules + ["os_ken.controller.ofp_handler"])
     finally:
+        if election is not None:
+            election.resign()          # a standby takes over at once, not a lease later
         services.stop()
+
+
+def start_election(rt: runtime.Runtime, ha, hub):
+    """controller.ha: the election on etcd, on a green thread of the hub;
+    its verdicts go to the runtime (apps, agent sessions and the API
+    follow its role)."""
+    from urllib.parse import urlsplit
+
+    from etcd3gw.client import Etcd3Client
+
+    from controller import metrics
+    from controller.ha import Election
+    u = urlsplit(ha.etcd)
+    client = Etcd3Client(host=u.hostname, port=u.port, protocol=u.scheme, timeout=max(0.5, ha.ttl_s / 4))
+    election = Election(client, ha.key, ha.node, ttl_s=ha.ttl_s, poll_s=ha.poll_s)
+    election.on_change = lambda role, generation: rt.set_role(role, generation, election.leader)
+    metrics.register("ha", lambda: _ha_samples(election))
+    from controller import api as api_mod
+    api_mod.PROVIDERS["ha"] = election.state
+    hub.spawn(election.run, hub.sleep)
+    logging.getLogger("bwfabric").info("controller.ha: %s in the election for %s on %s", ha.node, ha.key, ha.etcd)
+    return election
+
+
+def _ha_samples(election):
+    st = election.state()
+    yield "bwfabric_ha_leader", {"node": st["node"]}, int(st["role"] == "leader")
+    yield "bwfabric_ha_generation", {}, st["leader_generation"] or 0
+    yield "bwfabric_ha_etcd_errors", {}, st["errors"]
 
 
 class Services:
@@ -184,8 +220,12 @@ class Services:
 
 def start_services(rt: runtime.Runtime) -> Services:
     from controller.agent_sessions import AgentSessions
-    sessions = AgentSessions(rt.generation).start(rt.loaded, rt.version)   # none declared: no sessions
-    rt.subscribe("agents", lambda old, new: sessions.update(old, new, rt.version))
+    sessions = AgentSessions(rt.generation)
+    if rt.leading():
+        sessions.start(rt.loaded, rt.version)      # none declared: no sessions
+    rt.subscribe("agents", lambda old, new: sessions.update(old, new, rt.version) if rt.leading() else None)
+    rt.on_role(lambda role, generation: sessions.lead(generation, rt.loaded, rt.version) if role == "leader"
+               else sessions.follow())
     from controller import metrics
     metrics.register("runtime", lambda: runtime.samples(rt))
     metrics.register("agents", lambda: sessions.samples(rt.loaded))

@@ -51,6 +51,9 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], str]] = {
     "bwfabric_port_changes": ("counter", ("what",), "port up/down reports (received), recomputations of the "
                               "routes they caused (recomputed), reports folded into another's (coalesced), 'up' "
                               "reports of a flapping port held down (held_down), held ports let back in (released)"),
+    "bwfabric_ha_leader": ("gauge", ("node",), "controller.ha: 1 while this controller leads, 0 as a standby"),
+    "bwfabric_ha_generation": ("gauge", (), "controller.ha: the leader's generation as this controller knows it"),
+    "bwfabric_ha_etcd_errors": ("counter", (), "controller.ha: election rounds etcd did not answer"),
     "bwfabric_switch_reconciles": ("counter", ("how",), "(re)connected switches brought to the view: read back and "
                                    "reconciled (read), or wiped and installed anew (wiped)"),
     "bwfabric_loop_errors": ("counter", ("loop",), "rounds of a periodic loop or handler that raised"),

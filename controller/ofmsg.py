@@ -228,6 +228,15 @@ class FlowStatsRequest:
 
 
 @dataclass(frozen=True)
+class RoleRequest:
+    """This controller's role on a switch (OpenFlow 1.3 multiple controllers):
+    "master" or "slave", with the election's generation -- the switch
+    refuses a request whose generation is older than one it has seen."""
+    role: str
+    generation_id: int
+
+
+@dataclass(frozen=True)
 class GroupDescRequest:
     """Ask for every group and its buckets (reply: EventOFPGroupDescStatsReply)."""
 
@@ -273,4 +282,4 @@ class PortStatsRequest:
 
 
 Message = (FlowMod | GroupMod | MeterMod | PacketOut | PortDescRequest | FlowStatsRequest | EchoRequest
-           | PortStatsRequest | GroupDescRequest | MeterConfigRequest)
+           | PortStatsRequest | GroupDescRequest | MeterConfigRequest | RoleRequest)

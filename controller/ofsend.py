@@ -101,6 +101,9 @@ def to_parser(dp: Any, msg: ofmsg.Message) -> Any:
     if isinstance(msg, ofmsg.FlowStatsRequest):
         return p.OFPFlowStatsRequest(dp, 0, msg.table_id, ofp.OFPP_ANY, ofp.OFPG_ANY,
                                      msg.cookie, msg.cookie_mask, p.OFPMatch())
+    if isinstance(msg, ofmsg.RoleRequest):
+        role = {"master": ofp.OFPCR_ROLE_MASTER, "slave": ofp.OFPCR_ROLE_SLAVE}[msg.role]
+        return p.OFPRoleRequest(dp, role, msg.generation_id & 0xFFFFFFFFFFFFFFFF)
     if isinstance(msg, ofmsg.GroupDescRequest):
         return p.OFPGroupDescStatsRequest(dp, 0)
     if isinstance(msg, ofmsg.MeterConfigRequest):

@@ -32,7 +32,7 @@ from bwcommon.loops import LoopGuard
 
 log = logging.getLogger("bwfabric.runtime")
 Listener = Callable[[Loaded, Loaded], None]
-RESTART_ONLY = ("controller.openflow", "controller.routing", "controller.prio_queues", "controller.log_level",
+RESTART_ONLY = ("controller.openflow", "controller.ha", "controller.routing", "controller.prio_queues", "controller.log_level",
                 "controller.state_file", "api.listen", "api.state_file", "fabric")
 
 
@@ -54,6 +54,12 @@ class Runtime:
     def __init__(self, loaded: Loaded, generation: int | None = None):
         self.loaded = loaded
         self.generation = generation if generation is not None else time.time_ns()
+        # controller.ha: "single" (no election), "leader" or "standby"; a standby writes nothing to
+        # switches or agents. ``leader_generation``: the current leader's, as this process last saw it
+        self.role = "single"
+        self.leader_generation: int | None = None
+        self.leader_name: str | None = None
+        self.role_listeners: list[Callable[[str, int | None], None]] = []
         self.version = 1
         self.lock = threading.RLock()
         self.listeners: list[tuple[str, Listener]] = []
@@ -65,6 +71,30 @@ class Runtime:
         # what of the API's persisted changes this process started without (controller.config.load)
         self.overlay_set_aside = loaded.set_aside.describe() if loaded.set_aside is not None else None
         config.set_active(loaded)
+
+    def leading(self) -> bool:
+        return self.role != "standby"
+
+    def on_role(self, fn: Callable[[str, int | None], None]) -> None:
+        """``fn(role, generation)`` at every role change (controller.ha)."""
+        with self.lock:
+            self.role_listeners.append(fn)
+
+    def set_role(self, role: str, generation: int | None, leader: str | None = None) -> None:
+        """The election's verdict: as leader this process takes the
+        election's generation (agents and switches refuse lower ones); as a
+        standby it remembers the leader's."""
+        if role not in ("leader", "standby"):
+            raise ValueError(f"role {role!r} must be leader or standby")
+        with self.lock:
+            self.role = role
+            if role == "leader":
+                self.generation = generation
+            self.leader_generation = generation
+            self.leader_name = leader
+            listeners = list(self.role_listeners)
+        for fn in listeners:
+            self.guard.run("role_change", fn, role, generation)
 
     def subscribe(self, name: str, fn: Listener) -> None:
         with self.lock:

@@ -25,7 +25,8 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
           state_file: Path | None = None, lessor: dict | None = None, tenants: dict | None = None,
           agents_dir: Path | None = None, agent_defaults: dict | None = None, api_port: int | None = None,
           prio: dict | None = None, admission_mu: float | None = None, port_stats_s: float | None = None,
-          lrc: dict | None = None, status_interval_s: float = 1.0, log_level: str | None = None) -> Path:
+          lrc: dict | None = None, status_interval_s: float = 1.0, log_level: str | None = None,
+          ha: dict | None = None) -> Path:
     """A configuration file for one run. With ``agents_dir``, every VM's
     host has an agent at ``unix:<agents_dir>/<host>.sock`` whose key derives
     from ``<agents_dir>/master.key`` (created here); with ``api_port``, the
@@ -37,6 +38,8 @@ def write(path: Path, topology_file: Path, routing: str, of_port: int, *, prio_q
         data["controller"]["state_file"] = str(state_file)
     if log_level is not None:
         data["controller"]["log_level"] = log_level
+    if ha is not None:
+        data["controller"]["ha"] = ha
     if port_stats_s is not None:
         data["controller"]["port_stats_s"] = port_stats_s
     if lessor:

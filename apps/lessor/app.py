@@ -149,6 +149,8 @@ class LessorApp(ForwardingApp):
 
     def _poll_round(self) -> float:
         """One poll, its decision and the allocation; returns the next poll's time."""
+        if not self.leading():         # a standby measures nothing and places nothing (controller.ha)
+            return time.monotonic() + 0.5
         with self.lock:
             self.decide_at = None
             now = time.monotonic()

@@ -23,6 +23,7 @@ class PrioQueuesApp(FabricApp):
         self.logic = logic_for(self.view, self.config)
         if runtime.current() is not None:
             runtime.current().subscribe("prio_queues", self.config_changed)
+        self._watch_role()
 
     def config_changed(self, old, new):
         """Only the meters of hosts whose guarantee changed are touched."""
@@ -39,7 +40,13 @@ class PrioQueuesApp(FabricApp):
     def _switch_features_round(self, ev):
         switch = self.register(ev.msg.datapath)
         if switch:
-            self.send(switch, self.logic.switch_connected(switch))
+            request = self.role_request()
+            self.send(switch, ([request] if request is not None else []) + (
+                self.logic.switch_connected(switch) if self.leading() else []))
+
+    def promoted(self, switches):
+        for sw in switches:
+            self.send(sw, self.logic.switch_connected(sw))
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _disconnected(self, ev):

@@ -277,6 +277,7 @@ def test_the_read_endpoints_answer_with_their_whole_documented_shape(ctl, monkey
     code, status = ctl.req("GET", "/v1/status")
     assert code == 200 and status == {
         "digest": loaded.digest, "version": ctl.rt.version, "generation": ctl.rt.generation,
+        "role": "single", "leader": None,
         "file": str(ctl.workdir / "bwfabric.yaml"), "load_errors": 0, "last_error": None,
         "overlay_set_aside": None, "routing": loaded.cfg.controller.routing, "switches": 20, "hosts": 16,
         "tenants": 3, "vms": 12, "agents": {"declared": 0, "connected": 0, "in_force": 0}}

@@ -21,7 +21,7 @@ STUB = {
         f"class {n}:\n    pass\n" for n in ("EventOFPSwitchFeatures", "EventOFPPortDescStatsReply",
                                          "EventOFPPortStatus", "EventOFPStateChange", "EventOFPPortStatsReply",
                                          "EventOFPGroupDescStatsReply", "EventOFPMeterConfigStatsReply",
-                                         "EventOFPFlowStatsReply", "EventOFPErrorMsg")),
+                                         "EventOFPFlowStatsReply", "EventOFPErrorMsg", "EventOFPRoleReply")),
     "ryu/controller/handler.py": (
         "CONFIG_DISPATCHER, MAIN_DISPATCHER, DEAD_DISPATCHER = 'config', 'main', 'dead'\n"
         "def set_ev_cls(ev_cls, dispatchers=None):\n"
