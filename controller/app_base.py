@@ -171,9 +171,6 @@ class _Reading:
     complete: set[str] = field(default_factory=set)
 
 
-_NO_READING = _Reading(dp=None, t0=0.0)
-
-
 class ForwardingApp(FabricApp):
     """An app that installs the forwarding defaults: switch connect, port
     changes and disconnects go to ``self.logic``, which answers with
@@ -196,7 +193,6 @@ class ForwardingApp(FabricApp):
         self.damping = LinkDamping()                     # flapping ports held down (controller.linkdamp)
         self.release_at: float | None = None             # when held-down ports are checked next
         self.readings: dict[str, _Reading] = {}          # switch -> its read-back in progress
-        self.reading_xids: dict[int, str] = {}           # xid of a read-back request -> switch
         self.reconciles: dict[str, int] = {}             # "read": reconciled from what it held; "wiped"
         self.last_reconcile: dict[str, dict] = {}        # switch -> what its last reconciliation found and sent
         api.PROVIDERS["link_loads"] = self.link_loads
@@ -233,9 +229,7 @@ class ForwardingApp(FabricApp):
         self.readings[switch] = reading
         for part, req in (("groups", ofmsg.GroupDescRequest()), ("meters", ofmsg.MeterConfigRequest()),
                           ("flows", ofmsg.FlowStatsRequest(ofmsg.OFPTT_ALL))):
-            xid = ofsend.send_request(dp, req)
-            reading.xids[xid] = part
-            self.reading_xids[xid] = switch
+            reading.xids[ofsend.send_request(dp, req)] = part   # xids are per connection
         self.send(switch, [ofmsg.PortDescRequest()])
         hub.spawn(self._reading_deadline, switch, reading)
 
@@ -294,18 +288,24 @@ class ForwardingApp(FabricApp):
 
     def _reading_done(self, switch: str, reading: "_Reading") -> None:
         del self.readings[switch]
-        for xid in reading.xids:
-            self.reading_xids.pop(xid, None)
+
+    def _reading_of(self, ev) -> tuple[str | None, "_Reading | None"]:
+        """The read-back a reply or error answers: its connection's reading,
+        by the request's xid (xids are numbered per connection)."""
+        dp = ev.msg.datapath
+        switch = self.view.switch_by_dpid(getattr(dp, "id", None)) if getattr(dp, "id", None) is not None else None
+        reading = self.readings.get(switch) if switch is not None else None
+        if reading is None or reading.dp is not dp or getattr(ev.msg, "xid", None) not in reading.xids:
+            return None, None
+        return switch, reading
 
     def reading_reply(self, ev) -> bool:
         """Whether a multipart reply answers a switch's read-back (then it is
         consumed here; other apps' handlers must ignore it)."""
-        return ev.msg.xid in self.reading_xids and self.readings.get(
-            self.reading_xids[ev.msg.xid], _NO_READING).dp is ev.msg.datapath
+        return self._reading_of(ev)[1] is not None
 
     def _reading_part(self, ev) -> None:
-        switch = self.reading_xids[ev.msg.xid]
-        reading = self.readings[switch]
+        switch, reading = self._reading_of(ev)
         part = reading.xids[ev.msg.xid]
         reading.bodies.setdefault(part, []).extend(ev.msg.body)
         if ev.msg.flags & ev.msg.datapath.ofproto.OFPMPF_REPLY_MORE:
@@ -363,9 +363,8 @@ class ForwardingApp(FabricApp):
         """A switch refusing a read-back request: meters are optional (a
         switch without them holds none); without entries or groups it is
         wiped and installed anew."""
-        switch = self.reading_xids.get(ev.msg.xid)
-        reading = self.readings.get(switch) if switch else None
-        if reading is None or reading.dp is not ev.msg.datapath:
+        switch, reading = self._reading_of(ev)
+        if reading is None:
             return
         part = reading.xids[ev.msg.xid]
         if part != "meters":

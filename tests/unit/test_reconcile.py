@@ -397,7 +397,7 @@ def test_the_adapter_gathers_every_part_then_reconciles_once_without_a_delete(ec
     assert len(dp.sent) == 4 and "a1_0" in inst.readings          # the entries are not all in yet
     _reply(inst, dp, reqs["OFPFlowStatsRequest"], flows[3:])
     sent = dp.sent[4:]
-    assert "a1_0" not in inst.readings and inst.reconciles == {"read": 1} and inst.reading_xids == {}
+    assert "a1_0" not in inst.readings and inst.reconciles == {"read": 1}
     assert len(sent) == len(inst.logic.switch_reconciled("a1_0", held))
     assert not any(type(m).__name__ == "OFPGroupMod" or m.command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
                    for m in sent)
@@ -465,7 +465,7 @@ def test_a_reply_for_a_connection_that_went_away_is_ignored(ecmp):
     old = RecordingDatapath(view.dpid("e2_0"))
     reqs = _features(inst, old)
     inst._disconnected(ofp_event.EventOFPStateChange(old))
-    assert inst.readings == {} and inst.reading_xids == {}
+    assert inst.readings == {}
     new = RecordingDatapath(view.dpid("e2_0"))
     new.xid = 100
     new_reqs = _features(inst, new)
