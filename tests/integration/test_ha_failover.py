@@ -30,7 +30,7 @@ from experiments.etcdproc import EtcdProcess
 from experiments.fabric import Fabric
 from mininet_topos import builders
 from tests.integration.test_ha_election import Proxy
-from tests.integration.test_switch_faults import PAIRS, Monitor, _iperf, _wait
+from tests.integration.test_switch_faults import PAIRS, Monitor, _iperf, _wait, iperf_results
 
 pytestmark = pytest.mark.root
 SECONDS = 40
@@ -162,14 +162,7 @@ def test_a_standby_takes_over_within_3_s_and_a_stale_leader_is_refused(tmp_path)
                 time.sleep(0.5)
                 figures["stale_reply"] = _stale_master_request("e0_0", passive, first_generation)
 
-                results = {}
-                for (src, dst), proc in zip(PAIRS, clients):
-                    out, _ = proc.communicate(timeout=SECONDS + 40)
-                    data = json.loads(out)
-                    assert "error" not in data, (src, dst, data.get("error"))
-                    results[f"{src}->{dst}"] = [iv["sum"]["bits_per_second"] / 1e6 for iv in data["intervals"]]
-                for s in servers:
-                    s.wait(10)
+                results = iperf_results(PAIRS, clients, servers, SECONDS + 40)
                 monitor.stop()
             finally:
                 proxy.close()

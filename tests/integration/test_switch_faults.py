@@ -120,13 +120,31 @@ def _iperf(fab, pairs, seconds):
     return servers, clients
 
 
-def test_switch_reconnect_controller_kill_and_bridge_restart_lose_no_long_flow(tmp_path):
+def iperf_results(pairs, clients, servers, timeout_s: float) -> dict[str, list[float]]:
+    """Each client's per-second Mb/s (iperf3 -J); every flow must have ended without an error."""
+    results = {}
+    for (src, dst), proc in zip(pairs, clients):
+        out, _ = proc.communicate(timeout=timeout_s)
+        data = json.loads(out)
+        assert "error" not in data, (src, dst, data.get("error"))
+        results[f"{src}->{dst}"] = [iv["sum"]["bits_per_second"] / 1e6 for iv in data["intervals"]]
+    for s in servers:
+        s.wait(10)
+    return results
+
+
+def _lessor_fabric(tmp_path):
+    """A FatTree k = 4 at 10 Mb/s and a LESSOR controller's configuration on a free port."""
     topo = builders.fattree(4, link_mbps=10)
     topo.save(tmp_path / "topo.json")
-    view = NetworkView(topo)
     of_port = configs.free_port()
     conf = configs.write(tmp_path / "bwfabric.yaml", tmp_path / "topo.json", "lessor", of_port,
                          state_file=tmp_path / "state.json", lessor={"polling": {"min_s": 0.5}})
+    return topo, NetworkView(topo), of_port, conf
+
+
+def test_switch_reconnect_controller_kill_and_bridge_restart_lose_no_long_flow(tmp_path):
+    topo, view, of_port, conf = _lessor_fabric(tmp_path)
     log1, log2 = tmp_path / "ctl1.log", tmp_path / "ctl2.log"
     switches = sorted(view.switches)
     figures = {}
@@ -198,14 +216,7 @@ def test_switch_reconnect_controller_kill_and_bridge_restart_lose_no_long_flow(t
             assert figures["bridge_restart_restored_s"] < 2.0
             t_end = time.monotonic()
 
-            results = {}
-            for (src, dst), proc in zip(PAIRS, clients):
-                out, _ = proc.communicate(timeout=SECONDS + 40)
-                data = json.loads(out)
-                assert "error" not in data, (src, dst, data.get("error"))
-                results[f"{src}->{dst}"] = [iv["sum"]["bits_per_second"] / 1e6 for iv in data["intervals"]]
-            for s in servers:
-                s.wait(10)
+            results = iperf_results(PAIRS, clients, servers, SECONDS + 40)
         finally:
             if "monitor" in locals():
                 monitor.stop()
@@ -240,12 +251,7 @@ def test_a_link_flap_storm_leaves_routes_converged_and_no_blackhole(tmp_path):
     storm; every host reaches every other; the flows ran to their end."""
     from pyroute2 import IPRoute
 
-    topo = builders.fattree(4, link_mbps=10)
-    topo.save(tmp_path / "topo.json")
-    view = NetworkView(topo)
-    of_port = configs.free_port()
-    conf = configs.write(tmp_path / "bwfabric.yaml", tmp_path / "topo.json", "lessor", of_port,
-                         state_file=tmp_path / "state.json", lessor={"polling": {"min_s": 0.5}})
+    topo, view, of_port, conf = _lessor_fabric(tmp_path)
     switches = sorted(view.switches)
     a, b = "a0_0", "c1"
     intfs = [f"{a}-eth{view.port(a, b)}", f"{b}-eth{view.port(b, a)}"]
@@ -283,14 +289,7 @@ def test_a_link_flap_storm_leaves_routes_converged_and_no_blackhole(tmp_path):
             print(subprocess.run(["ip", "-br", "link", "show", "dev", intfs[0]], capture_output=True, text=True).stdout)
             raise
         cpu = ctl.cpu_between(t0, t1)
-        results = {}
-        for (src, dst), proc in zip(PAIRS, clients):
-            out, _ = proc.communicate(timeout=60)
-            data = json.loads(out)
-            assert "error" not in data, (src, dst, data.get("error"))
-            results[f"{src}->{dst}"] = [iv["sum"]["bits_per_second"] / 1e6 for iv in data["intervals"]]
-        for s in servers:
-            s.wait(10)
+        results = iperf_results(PAIRS, clients, servers, 60)
         unreachable = fab.ping_all()
         alive = ctl.alive()
         log = (tmp_path / "ctl.log").read_text()
