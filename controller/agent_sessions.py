@@ -553,17 +553,24 @@ class AgentSessions:
     def lead(self, generation: int, loaded: Loaded, version: int) -> None:
         """This process leads now (controller.ha) with ``generation``: every
         session anew under it (agents refuse anything lower), full pushes."""
-        self.stop()
+        self._stop_behind()
         with self.lock:
             self.generation = generation
-            self.configs = {}
         self.update(None, loaded, version)
 
     def follow(self) -> None:
         """A standby pushes nothing: every session stops."""
-        self.stop()
+        self._stop_behind()
+
+    def _stop_behind(self) -> None:
+        """Forget every session now and let them stop on a thread of their
+        own: the caller (the election, on the event loop) never waits for a
+        session's request to time out."""
         with self.lock:
-            self.configs = {}
+            sessions, self.sessions, self.configs = list(self.sessions.values()), {}, {}
+        if sessions:
+            threading.Thread(target=lambda: [s.stop() for s in sessions], name="sessions-stop",
+                             daemon=True).start()
 
     def session(self, host: str) -> Session | None:
         with self.lock:

@@ -120,8 +120,11 @@ def test_agent_sessions_lead_with_the_new_generation_and_follow_by_stopping(app_
     try:
         s.lead(GEN, loaded, 1)
         assert s.generation == GEN and set(s.sessions) == {"h1"} and s.sessions["h1"].generation == GEN
-        s.follow()
+        old = s.sessions["h1"]
+        s.follow()                                   # returns at once; the session stops behind it
         assert s.sessions == {} and s.configs == {}
+        old.thread.join(10)
+        assert not old.thread.is_alive() and old.stopping
         s.lead(GEN + 2, loaded, 1)
         assert s.sessions["h1"].generation == GEN + 2
     finally:
