@@ -190,7 +190,8 @@ class ForwardingApp(FabricApp):
         self.link_flush_at: float | None = None          # when the gathered changes are due
         self.last_link_flush = float("-inf")
         self.link_events = {"received": 0, "recomputed": 0, "coalesced": 0, "held_down": 0, "released": 0}
-        self.damping = LinkDamping()                     # flapping ports held down (controller.linkdamp)
+        d = self.config.cfg.controller.link_damping
+        self.damping = LinkDamping(d.threshold, d.window_s, d.hold_s)   # flapping ports held down
         self.release_at: float | None = None             # when held-down ports are checked next
         self.readings: dict[str, _Reading] = {}          # switch -> its read-back in progress
         self.reconciles: dict[str, int] = {}             # "read": reconciled from what it held; "wiped"

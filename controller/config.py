@@ -100,8 +100,18 @@ class Ha(_Strict):
         return v
 
 
+class LinkDampingSettings(_Strict):
+    threshold: int = Field(4, ge=2, le=100, description="state changes of a port within window_s that hold it "
+                           "down")
+    window_s: float = Field(2.0, gt=0, le=600, description="the window the changes are counted in")
+    hold_s: float = Field(2.0, ge=0, le=3600, description="a held-down port is let back in once it has stayed "
+                          "up this long")
+
+
 class Controller(_Strict):
     openflow: OpenFlow = Field(default_factory=OpenFlow, description="the switches' side")
+    link_damping: LinkDampingSettings = Field(default_factory=LinkDampingSettings, description="flapping ports "
+                                              "held down (controller/linkdamp.py)")
     ha: Ha | None = Field(None, description="active/standby controllers: a leader election on etcd "
                           "(docs/scale-out.md); absent: this controller alone")
     routing: Literal[ROUTING_APPS] = Field("ecmp", description="the routing app: single_path, ecmp, lessor "

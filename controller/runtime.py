@@ -32,7 +32,7 @@ from bwcommon.loops import LoopGuard
 
 log = logging.getLogger("bwfabric.runtime")
 Listener = Callable[[Loaded, Loaded], None]
-RESTART_ONLY = ("controller.openflow", "controller.ha", "controller.routing", "controller.prio_queues", "controller.log_level",
+RESTART_ONLY = ("controller.openflow", "controller.ha", "controller.link_damping", "controller.routing", "controller.prio_queues", "controller.log_level",
                 "controller.state_file", "api.listen", "api.state_file", "fabric")
 
 

@@ -165,3 +165,4 @@ def test_the_role_is_a_restart_only_key_and_a_bad_role_is_refused(app_config):
         rt.set_role("master", GEN)
     assert rt.role == "single"
     assert "controller.ha" in runtime.RESTART_ONLY
+

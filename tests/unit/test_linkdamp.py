@@ -5,7 +5,9 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
+from controller import config, runtime
 from controller.linkdamp import LinkDamping
+from mininet_topos import builders
 
 
 def test_a_down_report_is_acted_on_at_once_and_a_steady_link_never_held():
@@ -93,3 +95,22 @@ def test_any_report_sequence_acts_on_down_at_once_and_never_holds_without_enough
         assert d.due(release - 1e-6) == [] if release - 1e-6 > now else True
         assert d.due(release) == (["p"] if last else [])
     assert d.held() == []
+
+
+@pytest.mark.parametrize("damping,problem", [({"threshold": 1}, "threshold"), ({"threshold": 2.5}, "threshold"),
+                                             ({"window_s": 0}, "window_s"), ({"window_s": float("nan")}, "window_s"),
+                                             ({"hold_s": -1}, "hold_s"), ({"hold_s": float("inf")}, "hold_s"),
+                                             ({"other": 1}, "other")])
+def test_link_damping_settings_are_refused_by_name(app_config, damping, problem):
+    path = app_config(builders.fattree(4), controller={"link_damping": damping})
+    with pytest.raises(config.ConfigError, match=problem):
+        config.load(path)
+
+
+def test_the_apps_hold_down_ports_as_configured(app_config):
+    path = app_config(builders.fattree(4), routing="lessor",
+                      controller={"link_damping": {"threshold": 7, "window_s": 3.5, "hold_s": 9}})
+    runtime.start(config.load(path))
+    from apps.lessor.app import LessorApp
+    d = LessorApp().damping
+    assert (d.threshold, d.window_s, d.hold_s) == (7, 3.5, 9.0)
