@@ -166,3 +166,16 @@ def test_the_role_is_a_restart_only_key_and_a_bad_role_is_refused(app_config):
     assert rt.role == "single"
     assert "controller.ha" in runtime.RESTART_ONLY
 
+
+
+def test_a_leader_asks_for_master_before_it_reads_a_connecting_switch_back(standby):
+    rt, inst, dps = standby
+    rt.set_role("leader", GEN + 3, "ctl-a")
+    dp = dps["c1"]
+    inst._switch_features(ofp_event.EventOFPSwitchFeatures(Msg(dp)))
+    assert _names(dp.sent) == ["OFPRoleRequest", "OFPGroupDescStatsRequest", "OFPMeterConfigStatsRequest",
+                               "OFPFlowStatsRequest", "OFPPortDescStatsRequest"]
+    assert (dp.sent[0].role, dp.sent[0].generation_id) == (ofp.OFPCR_ROLE_MASTER, GEN + 3)
+    # a role reply from a switch for another generation does not end the failover
+    inst._role_reply(ofp_event.EventOFPRoleReply(Msg(dp, role=ofp.OFPCR_ROLE_MASTER, generation_id=GEN)))
+    assert inst.all_master_logged is None
