@@ -143,3 +143,30 @@ def test_the_size_bound_is_inclusive():
     with pytest.raises(config.ConfigError) as exc:
         config.parse_yaml("é" * (config.MAX_CONFIG_BYTES // 2 + 1), "f")      # str: counted in UTF-8 bytes
     assert "bytes, more than" in exc.value.problems[0]
+
+
+# ---- the API's overlay file, read back (controller.config.read_overlay) ------------------------
+def test_an_overlay_that_cannot_be_read_is_refused_naming_it_as_the_api_state_file(tmp_path):
+    from controller.config import ConfigError, read_overlay
+    d = tmp_path / "dir"
+    d.mkdir()
+    with pytest.raises(ConfigError, match="API state file"):
+        read_overlay(d)
+
+
+def test_an_overlay_with_bad_yaml_is_refused_naming_its_path(tmp_path):
+    from controller.config import ConfigError, read_overlay
+    p = tmp_path / "api-state.yaml"
+    p.write_text("tenants: [unclosed\n")
+    with pytest.raises(ConfigError) as exc:
+        read_overlay(p)
+    assert str(p) in str(exc.value) and "None" not in str(exc.value)
+
+
+@pytest.mark.parametrize("text", ["- tenants\n", "tenants: 3\n", "tenants: {}\nother: 1\n", "7\n"])
+def test_an_overlay_that_is_not_a_tenants_mapping_is_refused_by_name(tmp_path, text):
+    from controller.config import ConfigError, read_overlay
+    p = tmp_path / "api-state.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match="a mapping 'tenants' only"):
+        read_overlay(p)
