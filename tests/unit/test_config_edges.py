@@ -150,8 +150,9 @@ def test_an_overlay_that_cannot_be_read_is_refused_naming_it_as_the_api_state_fi
     from controller.config import ConfigError, read_overlay
     d = tmp_path / "dir"
     d.mkdir()
-    with pytest.raises(ConfigError, match="API state file"):
+    with pytest.raises(ConfigError) as exc:
         read_overlay(d)
+    assert exc.value.problems == [f"API state file {d}: a directory"]
 
 
 def test_an_overlay_with_bad_yaml_is_refused_naming_its_path(tmp_path):
