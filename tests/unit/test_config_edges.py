@@ -171,3 +171,41 @@ def test_an_overlay_that_is_not_a_tenants_mapping_is_refused_by_name(tmp_path, t
     p.write_text(text)
     with pytest.raises(ConfigError, match="a mapping 'tenants' only"):
         read_overlay(p)
+
+
+def test_a_relative_api_state_file_of_a_config_from_no_file_stays_relative(tmp_path):
+    from controller.config import parse, state_path
+    cfg = parse({"fabric": {"topology": "t.json"},
+                 "api": {"listen": "127.0.0.1:8080", "token_file": "tok", "state_file": "api-state.yaml"}})
+    assert state_path(cfg, None) == Path("api-state.yaml")
+    assert state_path(cfg, tmp_path / "bwfabric.yaml") == tmp_path / "api-state.yaml"
+
+
+def test_a_configuration_file_that_cannot_be_read_is_refused_naming_it_the_configuration(tmp_path):
+    from controller.config import ConfigError, load
+    with pytest.raises(ConfigError) as exc:
+        load(tmp_path)
+    assert exc.value.problems == [f"configuration {tmp_path}: a directory"]
+
+
+@pytest.mark.parametrize("data", [[1, 2], "fabric", 7, None])
+def test_a_proposed_configuration_that_is_no_mapping_is_refused_by_name_even_with_an_overlay(data):
+    from controller.config import ConfigError, from_data
+    with pytest.raises(ConfigError):
+        from_data(data, overlay={"tenants": {}})
+
+
+def test_the_launchers_configuration_is_the_active_one(tmp_path, monkeypatch):
+    from controller.config import for_topology
+    from mininet_topos import builders
+    monkeypatch.delenv(config.CONFIG_ENV, raising=False)
+    monkeypatch.delenv(config.TOPOLOGY_ENV, raising=False)
+    builders.fattree(4).save(tmp_path / "t.json")
+    loaded = for_topology(tmp_path / "t.json")
+    try:
+        config.set_active(loaded)
+        assert config.active() is loaded
+    finally:
+        config.set_active(None)
+    with pytest.raises(RuntimeError):
+        config.active()
