@@ -209,3 +209,20 @@ def test_the_launchers_configuration_is_the_active_one(tmp_path, monkeypatch):
         config.set_active(None)
     with pytest.raises(RuntimeError):
         config.active()
+
+
+def test_an_overlay_deleting_a_tenant_the_file_lacks_changes_nothing():
+    from controller.config import apply_overlay
+    data = {"fabric": {"topology": "t.json"}, "tenants": {"a": {"vms": {}}}}
+    assert apply_overlay(data, {"tenants": {"ghost": None}}) == data
+    assert apply_overlay(data, {"tenants": {"a": None}})["tenants"] == {}
+
+
+def test_paths_of_a_configuration_from_no_file_stay_as_given(tmp_path):
+    from controller.config import from_data
+    from mininet_topos import builders
+    builders.fattree(4).save(tmp_path / "t.json")
+    loaded = from_data({"fabric": {"topology": str(tmp_path / "t.json")}}, base=tmp_path)
+    assert loaded.path is None
+    assert loaded.resolve("rel/x.key") == Path("rel/x.key") and loaded.resolve("/abs/x") == Path("/abs/x")
+    assert loaded.resolve(None) is None
