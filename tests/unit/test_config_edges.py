@@ -226,3 +226,48 @@ def test_paths_of_a_configuration_from_no_file_stay_as_given(tmp_path):
     assert loaded.path is None
     assert loaded.resolve("rel/x.key") == Path("rel/x.key") and loaded.resolve("/abs/x") == Path("/abs/x")
     assert loaded.resolve(None) is None
+
+
+def test_a_configuration_without_an_api_keeps_the_operators_mapping_as_raw(tmp_path):
+    data = copy.deepcopy(BASE)
+    data.pop("api")
+    d = tmp_path / "etc"
+    d.mkdir()
+    shutil.copy(ROOT / "examples" / "fattree4.json", d / "topo.json")
+    data["fabric"]["topology"] = "topo.json"
+    (d / "c.yaml").write_text(yaml.safe_dump(data))
+    loaded = config.load(d / "c.yaml")
+    assert loaded.raw == data and loaded.raw != loaded.cfg.model_dump(mode="json")
+
+
+def test_without_the_overlay_the_api_state_is_not_read(tmp_path):
+    path = _beside(tmp_path)
+    extra = {"tenants": {"extra": {"vms": {"x1": {"host": "h4", "guarantee_mbps": 1}}}}}
+    config.write_private(path.parent / "state.yaml", "# API state\n", extra)
+    assert "extra" in config.load(path).cfg.tenants
+    plain = config.load(path, overlay=False)
+    assert "extra" not in plain.cfg.tenants and not plain.overlay
+
+
+def test_a_start_keeps_every_api_tenant_that_fits_and_sets_aside_the_rest(tmp_path):
+    path = _beside(tmp_path)
+    fits = lambda h: {"vms": {f"{h}v": {"host": h, "guarantee_mbps": 1}}}      # noqa: E731
+    state = {"tenants": {"a1": fits("h4"), "b1": fits("h8"), "c1": {"vms": {"x": {"host": "nowhere",
+                                                                                   "guarantee_mbps": 1}}}}}
+    config.write_private(path.parent / "state.yaml", "# API state\n", state)
+    loaded = config.load(path, salvage=True)
+    assert {"a1", "b1"} <= set(loaded.cfg.tenants) and "c1" not in loaded.cfg.tenants
+    assert loaded.set_aside.tenants == {"c1": state["tenants"]["c1"]}
+    only_bad = {"tenants": {"c1": state["tenants"]["c1"]}}
+    config.write_private(path.parent / "state.yaml", "# API state\n", only_bad)
+    loaded = config.load(path, salvage=True)
+    assert loaded.path == path and "c1" not in loaded.cfg.tenants
+    assert loaded.set_aside.tenants == only_bad["tenants"] and loaded.set_aside.problems
+
+
+def test_a_configuration_file_with_bad_yaml_is_refused_naming_its_path(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("fabric: [unclosed\n")
+    with pytest.raises(config.ConfigError) as exc:
+        config.load(p)
+    assert str(p) in str(exc.value) and "None" not in str(exc.value)
