@@ -258,6 +258,7 @@ def test_a_start_keeps_every_api_tenant_that_fits_and_sets_aside_the_rest(tmp_pa
     loaded = config.load(path, salvage=True)
     assert {"a1", "b1"} <= set(loaded.cfg.tenants) and "c1" not in loaded.cfg.tenants
     assert loaded.set_aside.tenants == {"c1": state["tenants"]["c1"]}
+    assert loaded.set_aside.problems and all(p.startswith("tenants.c1: ") for p in loaded.set_aside.problems)
     only_bad = {"tenants": {"c1": state["tenants"]["c1"]}}
     config.write_private(path.parent / "state.yaml", "# API state\n", only_bad)
     loaded = config.load(path, salvage=True)
@@ -271,3 +272,25 @@ def test_a_configuration_file_with_bad_yaml_is_refused_naming_its_path(tmp_path)
     with pytest.raises(config.ConfigError) as exc:
         config.load(p)
     assert str(p) in str(exc.value) and "None" not in str(exc.value)
+
+
+def test_every_vm_on_an_unknown_host_is_named_not_only_the_first():
+    data = copy.deepcopy(BASE)
+    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
+    data["tenants"]["zz"] = {"vms": {"v1": {"host": "nowhere", "guarantee_mbps": 1},
+                                     "v2": {"host": "elsewhere", "guarantee_mbps": 1}}}
+    with pytest.raises(config.ConfigError) as exc:
+        config.from_data(data)
+    text = str(exc.value)
+    assert "tenants.zz.vms.v1.host: 'nowhere'" in text and "tenants.zz.vms.v2.host: 'elsewhere'" in text
+
+
+def test_a_vm_on_a_host_without_an_agent_is_named_by_its_place():
+    data = copy.deepcopy(BASE)
+    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
+    data["agents"] = {"hosts": {}, "master_key_file": "/etc/bwfabric/master.key"}
+    data["tenants"] = {"t": {"vms": {"v": {"host": "h4", "guarantee_mbps": 1}}}}
+    with pytest.raises(config.ConfigError) as exc:
+        config.from_data(data)
+    assert exc.value.problems == ["tenants.t.vms.v.host: host h4 has no agent (add agents.hosts.h4 or "
+                                  "agents.address_template)"]
