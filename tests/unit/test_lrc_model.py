@@ -395,3 +395,14 @@ def test_equilibrium_holds_a_pair_at_its_other_links_and_skips_guarantee_bound_o
     mixed = LinkFactors(params(), {"L": 1000.0, 7: 1000.0})          # any hashable keys, as the types say
     mixed.set_pairs({"A": PairPath(1, 0, frozenset({"L", 7})), 3: PairPath(1, 0, frozenset({"L"}))})
     assert mixed.equilibrium({"L", 7}) == {"L": pytest.approx(450), 7: pytest.approx(450)}
+
+
+def test_a_pair_half_a_megabit_above_its_guarantee_sets_the_equilibrium_and_one_at_it_does_not():
+    """LinkFactors.equilibrium's free-rate test is relative to the guarantee
+    (a tolerance of 1e-9), not a whole Mb/s."""
+    lf = LinkFactors(params(), {"L": 1000.0})
+    mu_c = lf.mu_c("L")
+    lf.set_pairs({"X": PairPath(1, mu_c - 0.5, frozenset({"L"}))})
+    assert lf.equilibrium({"L"}) == {"L": pytest.approx(mu_c)}
+    lf.set_pairs({"X": PairPath(1, mu_c, frozenset({"L"}))})
+    assert lf.equilibrium({"L"}) == {}
