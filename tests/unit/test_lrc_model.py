@@ -406,3 +406,30 @@ def test_a_pair_half_a_megabit_above_its_guarantee_sets_the_equilibrium_and_one_
     assert lf.equilibrium({"L"}) == {"L": pytest.approx(mu_c)}
     lf.set_pairs({"X": PairPath(1, mu_c, frozenset({"L"}))})
     assert lf.equilibrium({"L"}) == {}
+
+
+def test_a_new_links_factor_sees_its_pairs_held_elsewhere():
+    """_terms: a pair that also crosses a link with a factor is held at
+    w x that factor, so the new link's equilibrium gives the rest to the others."""
+    lf = LinkFactors(params(), {"L": 1000.0, "M": 100.0})
+    lf.set_pairs({"A": PairPath(1, 0, frozenset({"M"}))})
+    assert lf.r["M"] == pytest.approx(lf.mu_c("M"))
+    lf.set_pairs({"A": PairPath(1, 0, frozenset({"M"})), "B": PairPath(1, 0, frozenset({"L", "M"})),
+                  "C": PairPath(1, 0, frozenset({"L"}))})
+    assert lf.r["L"] == pytest.approx(lf.mu_c("L") - lf.mu_c("M"))
+
+
+def test_equilibrium_factors_are_rates_over_weights():
+    lf = LinkFactors(params(), {"L": 1000.0})
+    lf.set_pairs({"X": PairPath(2, 0, frozenset({"L"})), "Y": PairPath(1, 0, frozenset({"L"}))})
+    assert lf.equilibrium({"L"}) == {"L": pytest.approx(lf.mu_c("L") / 3)}
+
+
+def test_lag_lists_only_links_with_a_climb_to_come_and_any_pair_without_links_is_skipped():
+    lf = LinkFactors(params(anti_windup=True, rescale="weights", beta=1.0), {"L": 1000.0})
+    lf.set_pairs({"Z": PairPath(1, 0, frozenset()), "A": PairPath(1, 0, frozenset({"L"}))})
+    target = lf.pair_factor("A")
+    lf.v_hat["A"] = target - 0.5                     # half a megabit still to climb
+    assert lf.lag() == {"L": pytest.approx(0.5)}
+    lf.v_hat["A"] = target                           # there: nothing to come, no entry at all
+    assert lf.lag() == {}
