@@ -433,3 +433,18 @@ def test_lag_lists_only_links_with_a_climb_to_come_and_any_pair_without_links_is
     assert lf.lag() == {"L": pytest.approx(0.5)}
     lf.v_hat["A"] = target                           # there: nothing to come, no entry at all
     assert lf.lag() == {}
+
+
+@pytest.mark.parametrize("mu_c,members,name", [
+    (0.0, [(1, 0, INF)], "muC"), (math.nan, [(1, 0, INF)], "muC"), (900, [(0, 0, INF)], "w_i"),
+    (900, [(math.inf, 0, INF)], "w_i"), (900, [(1, -1, INF)], "B_i"), (900, [(1, math.nan, INF)], "B_i"),
+    (900, [], "a link without pairs has no equilibrium factor")])
+def test_equilibrium_factor_refuses_bad_input_by_name(mu_c, members, name):
+    with pytest.raises(M.LrcError) as exc:
+        M.equilibrium_factor(mu_c, members)
+    assert str(exc.value).startswith(name)
+
+
+def test_when_the_guarantees_alone_fill_the_link_the_factor_is_the_least_guarantee_over_weight():
+    assert M.equilibrium_factor(900, [(2, 600, INF), (4, 300, INF)]) == pytest.approx(75)     # exactly full
+    assert M.equilibrium_factor(900, [(2, 1000, INF), (3, 0, INF)]) == pytest.approx(500)
