@@ -331,26 +331,27 @@ class ForwardingApp(FabricApp):
                          "%d messages", switch, len(held.flows), len(held.groups), len(held.meters), len(msgs))
         self.send(switch, msgs)
 
-    def _multipart(self, name: str, ev) -> None:
-        if self.reading_reply(ev):
-            self._reading_part(ev)
+    def _multipart(self, ev) -> bool:
+        """A read-back reply is consumed here (True); anything else is not."""
+        if not self.reading_reply(ev):
+            return False
+        self._reading_part(ev)
+        return True
 
     @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
     def _group_desc(self, ev):
-        self.handle("group_desc", self._multipart, "group_desc", ev)
+        self.handle("group_desc", self._multipart, ev)
 
     @set_ev_cls(ofp_event.EventOFPMeterConfigStatsReply, MAIN_DISPATCHER)
     def _meter_config(self, ev):
-        self.handle("meter_config", self._multipart, "meter_config", ev)
+        self.handle("meter_config", self._multipart, ev)
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _flow_stats(self, ev):
         self.handle("flow_stats", self._flow_stats_any, ev)
 
     def _flow_stats_any(self, ev):
-        if self.reading_reply(ev):
-            self._reading_part(ev)
-        else:
+        if not self._multipart(ev):
             self.flow_stats_reply(ev)
 
     def flow_stats_reply(self, ev) -> None:
