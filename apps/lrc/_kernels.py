@@ -146,6 +146,143 @@ def waterfill_csr(ptr, links, w, b, d, cap):
     return rate
 
 
+@njit(cache=True)
+def _heap_push(keys, vals, size, key, val):
+    """Binary min-heap on arrays (numba's heapq on tuple lists is several
+    times slower here); returns the new size."""
+    i = size
+    keys[i] = key
+    vals[i] = val
+    while i > 0:
+        parent = (i - 1) >> 1
+        if keys[parent] <= keys[i]:
+            break
+        keys[parent], keys[i] = keys[i], keys[parent]
+        vals[parent], vals[i] = vals[i], vals[parent]
+        i = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(keys, vals, size):
+    """Removes the least entry; returns the new size."""
+    size -= 1
+    keys[0] = keys[size]
+    vals[0] = vals[size]
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= size:
+            break
+        b = a + 1
+        c = b if b < size and keys[b] < keys[a] else a
+        if keys[i] <= keys[c]:
+            break
+        keys[c], keys[i] = keys[i], keys[c]
+        vals[c], vals[i] = vals[i], vals[c]
+        i = c
+    return size
+
+
+@njit(cache=True)
+def maxmin_csr(ptr, links, d, cap):
+    """Plain max-min with caps (every weight 1, no floors): what
+    ``waterfill_csr`` gives for w = 1, b = 0, by sequential progressive
+    filling: the least of the links' fair levels (residual / flows still
+    rising) from a heap, against the least cap still rising. A link's
+    level never falls as flows freeze (they freeze at or below it), so
+    each link keeps one heap entry, re-keyed when it reaches the top
+    stale: O(nnz + L log L) in practice, where the parallel rounds of
+    ``waterfill_csr`` cost O(rounds x nnz) -- tens of rounds on a
+    fat-tree's many NIC levels. The flow-level simulator allocates every
+    event with it (experiments.flowsim.sharing)."""
+    n = ptr.shape[0] - 1
+    n_links = cap.shape[0]
+    nnz = ptr[n]
+    rate = np.zeros(n)
+    frozen = np.zeros(n, dtype=np.bool_)
+    count = np.zeros(n_links + 1, dtype=np.int64)
+    for e in range(nnz):
+        count[links[e] + 1] += 1
+    for l_ in range(n_links):
+        count[l_ + 1] += count[l_]
+    lflows = np.empty(nnz, dtype=np.int64)
+    fill = count[:-1].copy()
+    for i in range(n):
+        for e in range(ptr[i], ptr[i + 1]):
+            lflows[fill[links[e]]] = i
+            fill[links[e]] += 1
+    residual = cap.astype(np.float64).copy()
+    users = np.zeros(n_links, dtype=np.int64)
+    left = 0
+    n_capped = 0
+    for i in range(n):
+        if ptr[i + 1] == ptr[i]:
+            frozen[i] = True          # no fabric link: the caller sets its rate
+        else:
+            left += 1
+            if d[i] < np.inf:
+                n_capped += 1
+            for e in range(ptr[i], ptr[i + 1]):
+                users[links[e]] += 1
+    capped = np.empty(n_capped, dtype=np.int64)      # the finite caps, in order
+    q = 0
+    for i in range(n):
+        if not frozen[i] and d[i] < np.inf:
+            capped[q] = i
+            q += 1
+    capped = capped[np.argsort(d[capped])]
+    keys = np.empty(n_links)
+    vals = np.empty(n_links, dtype=np.int64)
+    size = 0
+    for l_ in range(n_links):
+        if users[l_] > 0:
+            size = _heap_push(keys, vals, size, max(residual[l_], 0.0) / users[l_], l_)
+    nc = 0
+    while left > 0:
+        while nc < n_capped and frozen[capped[nc]]:
+            nc += 1
+        lvl = np.inf
+        link = -1
+        while size > 0:
+            l_ = vals[0]
+            if users[l_] == 0:
+                size = _heap_pop(keys, vals, size)
+                continue
+            now = max(residual[l_], 0.0) / users[l_]
+            if now > keys[0]:          # risen since it was keyed: re-key it
+                size = _heap_pop(keys, vals, size)
+                size = _heap_push(keys, vals, size, now, l_)
+                continue
+            lvl = now
+            link = l_
+            break
+        if nc < n_capped and d[capped[nc]] <= lvl:
+            i = capped[nc]            # its cap comes first: it stops there
+            x = d[i]
+            frozen[i] = True
+            rate[i] = x
+            left -= 1
+            for e in range(ptr[i], ptr[i + 1]):
+                residual[links[e]] -= x
+                users[links[e]] -= 1
+            continue
+        if link < 0:
+            break
+        size = _heap_pop(keys, vals, size)
+        for k in range(count[link], count[link + 1]):
+            f = lflows[k]
+            if frozen[f]:
+                continue
+            frozen[f] = True
+            rate[f] = lvl
+            left -= 1
+            for e in range(ptr[f], ptr[f + 1]):
+                residual[links[e]] -= lvl
+                users[links[e]] -= 1
+    return rate
+
+
 def waterfill(paths, weights, floors, caps, capacity) -> np.ndarray:
     """Flows' link-index lists -> rates (the CSR form built here)."""
     ptr = np.zeros(len(paths) + 1, dtype=np.int64)

@@ -1,0 +1,276 @@
+"""The event loop: connections arrive, are split into subflows by the
+sharing policy, routed by the router (product code), share the links
+(:mod:`.sharing`) and complete; the controller's events (polls,
+decisions, entries taking effect) happen at their times.
+
+Time advances from one allocation to the next. After an allocation at t
+the next one is at the earliest of: the next arrival, the next
+completion, the controller's next event -- but never before t + window
+(``window_s``): connections arriving inside the window are allocated at t
+and counted from their own arrival time (they neither wait nor start
+early), connections completing inside it end at their own completion time
+and free their capacity at the window's end. With ``window_s`` = 0 every
+event is exact (one allocation per event).
+
+Outputs: per connection its completion time (``fct_s``, NaN if it did not
+end before ``end_s``), and the bits each endpoint received in every 1 s
+slot (the emulator's receiver counters' resolution).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from experiments.flowsim.net import MAX_HOPS, SimError, SimNet
+from experiments.flowsim.routing import EcmpRouter, counter_match, flow_hash
+from experiments.flowsim.sharing import BG, SHARINGS, SUBFLOWS, allocate, pair_terms
+
+LOCAL_FACTOR = 10.0       # two VMs of one host: a memory copy, ten times the NIC (no fabric link)
+TCP = 6
+SPORT_BASE = 10_000
+DPORT = 7000              # experiments.traffic.FLOWGEN_PORT
+
+
+@dataclass
+class Flows:
+    """Connections, sorted by start: endpoint indices, start times (s),
+    sizes (bytes)."""
+    src: np.ndarray
+    dst: np.ndarray
+    start_s: np.ndarray
+    size_bytes: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = self.src.size
+        for name in ("dst", "start_s", "size_bytes"):
+            if getattr(self, name).size != n:
+                raise SimError(f"flows: {name} has {getattr(self, name).size} entries, src {n}")
+        if n and (not np.all(np.isfinite(self.start_s)) or np.any(self.start_s < 0)):
+            raise SimError("flows: start times must be finite and >= 0")
+        if n and (not np.all(np.isfinite(self.size_bytes)) or np.any(self.size_bytes <= 0)):
+            raise SimError("flows: sizes must be finite and > 0 bytes")
+        if n and np.any(np.diff(self.start_s) < 0):
+            raise SimError("flows: start times must not decrease")
+        if n and np.any(self.src == self.dst):
+            raise SimError("flows: a connection needs two different endpoints")
+
+    @classmethod
+    def from_specs(cls, net: SimNet, specs) -> "Flows":
+        """experiments.workloads.FlowSpec list (the emulator's input)."""
+        specs = sorted(specs, key=lambda f: f.start_s)
+        return cls(np.array([net.endpoint(f.src) for f in specs], dtype=np.int64),
+                   np.array([net.endpoint(f.dst) for f in specs], dtype=np.int64),
+                   np.array([f.start_s for f in specs], dtype=float),
+                   np.array([f.size for f in specs], dtype=float))
+
+
+@dataclass
+class Result:
+    fct_s: np.ndarray                  # per connection (NaN: not done by end_s)
+    rx_bits: np.ndarray                # [slot, endpoint]
+    allocations: int
+    wall_s: float
+    end_s: float
+    decisions: list = field(default_factory=list)
+
+    def aggregate_bps(self, window: tuple[float, float]) -> float:
+        a, b = int(math.floor(window[0])), int(math.ceil(window[1]))
+        if not 0 <= a < b <= self.rx_bits.shape[0]:
+            raise SimError(f"window {window}: whole seconds within the run's {self.rx_bits.shape[0]} slots")
+        return float(self.rx_bits[a:b].sum()) / (b - a)
+
+
+class Engine:
+    def __init__(self, net: SimNet, router: EcmpRouter, sharing: str = "fair", window_s: float = 0.0,
+                 guarantee_bps: np.ndarray | None = None, vm_weight: np.ndarray | None = None):
+        if sharing not in SHARINGS:
+            raise SimError(f"sharing {sharing!r}: known are {', '.join(SHARINGS)}")
+        if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and 0 <= window_s <= 1):
+            raise SimError(f"window_s {window_s!r}: must be a finite number of seconds in [0, 1]")
+        n_ep = len(net.endpoints)
+        needs_b = sharing in ("reservation", "bgwc", "lrc")
+        if needs_b and guarantee_bps is None:
+            raise SimError(f"sharing {sharing!r} needs every endpoint's guarantee")
+        self.guarantee = np.zeros(n_ep) if guarantee_bps is None else np.asarray(guarantee_bps, float)
+        self.vm_weight = np.ones(n_ep) if vm_weight is None else np.asarray(vm_weight, float)
+        for name, arr in (("guarantee_bps", self.guarantee), ("vm_weight", self.vm_weight)):
+            if arr.shape != (n_ep,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise SimError(f"{name}: one finite value >= 0 per endpoint ({n_ep})")
+        if np.any(self.vm_weight <= 0):
+            raise SimError("vm_weight: every weight must be > 0")
+        self.net, self.router, self.sharing, self.window_s = net, router, sharing, float(window_s)
+        self.classes = SUBFLOWS[sharing]
+        host_names = net.view.hosts
+        self._host_tor_port = [(net.tor_of[h], net.view.port(net.tor_of[h], h)) for h in host_names]
+        self._nic = np.array([net.nic_bps(h) for h in host_names])
+
+    # ---- subflows --------------------------------------------------------------------------
+    def _key(self, ep_s: int, ep_d: int, sport: int) -> tuple:
+        e = self.net.endpoints
+        return (e[ep_s].ip, e[ep_d].ip, TCP, sport, DPORT)
+
+    def _route(self, key: tuple, h: int, ep_s: int, ep_d: int) -> tuple[np.ndarray, int, bool]:
+        """(padded link indices, hops, reachable) of one subflow now."""
+        e = self.net.endpoints
+        src, dst = e[ep_s].host, e[ep_d].host
+        row = np.full(MAX_HOPS, -1, dtype=np.int64)
+        if src == dst:
+            return row, 0, True
+        path = self.router.path(key, h, src, dst)
+        if path is None:
+            return row, 0, False
+        links = self.net.path_links(path)
+        if len(links) > MAX_HOPS:
+            raise SimError(f"path {path} longer than {MAX_HOPS} links")
+        row[:len(links)] = links
+        return row, len(links), True
+
+    # ---- the loop --------------------------------------------------------------------------
+    def run(self, flows: Flows, end_s: float, progress=None) -> Result:
+        if not (isinstance(end_s, (int, float)) and math.isfinite(end_s) and end_s > 0):
+            raise SimError(f"end_s {end_s!r}: must be a finite number of seconds > 0")
+        n_ep = len(self.net.endpoints)
+        if flows.src.size and (flows.src.max() >= n_ep or flows.dst.max() >= n_ep or flows.src.min() < 0
+                               or flows.dst.min() < 0):
+            raise SimError("flows: an endpoint index outside the fabric's endpoints")
+        wall0 = time.perf_counter()
+        net, router, W = self.net, self.router, self.window_s
+        n = flows.src.size
+        fct = np.full(n, np.nan)
+        n_slots = int(math.ceil(end_s)) + 1
+        rx = np.zeros((n_slots, n_ep))
+        ncls = len(self.classes)
+        # active connections
+        a_gid = np.zeros(0, dtype=np.int64)
+        a_left = np.zeros(0)
+        # active subflows
+        s_conn = np.zeros(0, dtype=np.int64)        # connection gid
+        s_cls = np.zeros(0, dtype=np.int64)
+        s_links = np.zeros((0, MAX_HOPS), dtype=np.int64)
+        s_hops = np.zeros(0, dtype=np.int64)
+        s_ok = np.zeros(0, dtype=bool)
+        s_sent = np.zeros(0)                          # bits sent so far (the ToR's counter)
+        s_cap = np.zeros(0)
+        nxt = 0
+        t = 0.0
+        allocations = 0
+        hosts_of = net.ep_host
+
+        def keys_of(conn, cls):
+            return [self._key(int(flows.src[c]), int(flows.dst[c]), SPORT_BASE + 2 * int(c) % 50_000 + int(k))
+                    for c, k in zip(conn, cls)]
+
+        def counters():
+            by_tor: dict[str, list] = {}
+            e = net.endpoints
+            for c, k, sent in zip(s_conn.tolist(), s_cls.tolist(), s_sent.tolist()):
+                ep_s, ep_d = int(flows.src[c]), int(flows.dst[c])
+                tor, port = self._host_tor_port[hosts_of[ep_s]]
+                sport = SPORT_BASE + 2 * c % 50_000 + k
+                by_tor.setdefault(tor, []).append((counter_match(port, e[ep_s].ip, e[ep_d].ip, sport, DPORT),
+                                                   int(sent / 8)))
+            return by_tor
+
+        while True:
+            # arrivals inside this window: their subflows, routed now
+            hi = int(np.searchsorted(flows.start_s, t + W, side="right" if W == 0 else "left"))
+            if hi > nxt:
+                new = np.arange(nxt, hi)
+                a_gid = np.concatenate([a_gid, new])
+                a_left = np.concatenate([a_left, flows.size_bytes[new] * 8.0])
+                conn = np.repeat(new, ncls)
+                cls = np.tile(np.array(self.classes, dtype=np.int64), new.size)
+                rows = np.full((conn.size, MAX_HOPS), -1, dtype=np.int64)
+                hops = np.zeros(conn.size, dtype=np.int64)
+                ok = np.ones(conn.size, dtype=bool)
+                caps = np.full(conn.size, np.inf)
+                for j, key in enumerate(keys_of(conn, cls)):
+                    c = int(conn[j])
+                    h = flow_hash(int(net.ip_int[flows.src[c]]), int(net.ip_int[flows.dst[c]]), TCP, key[3], DPORT)
+                    rows[j], hops[j], ok[j] = self._route(key, h, int(flows.src[c]), int(flows.dst[c]))
+                    caps[j] = router.cap(key)
+                s_conn = np.concatenate([s_conn, conn])
+                s_cls = np.concatenate([s_cls, cls])
+                s_links = np.concatenate([s_links, rows])
+                s_hops = np.concatenate([s_hops, hops])
+                s_ok = np.concatenate([s_ok, ok])
+                s_sent = np.concatenate([s_sent, np.zeros(conn.size)])
+                s_cap = np.concatenate([s_cap, caps])
+                nxt = hi
+            # the controller's events due now
+            if router.controller and router.next_event() <= t + 1e-12:
+                if router.on_event(t, counters):
+                    ks = keys_of(s_conn, s_cls)
+                    for j, key in enumerate(ks):
+                        c = int(s_conn[j])
+                        h = flow_hash(int(net.ip_int[flows.src[c]]), int(net.ip_int[flows.dst[c]]), TCP, key[3],
+                                      DPORT)
+                        s_links[j], s_hops[j], s_ok[j] = self._route(key, h, int(flows.src[c]), int(flows.dst[c]))
+                        s_cap[j] = router.cap(key)
+                if router.next_event() <= t + 1e-12:
+                    continue                  # another event due at once (a poll right after a decision)
+            if a_gid.size == 0 and nxt >= n:
+                break
+            # the allocation
+            pos = np.searchsorted(a_gid, s_conn)          # subflow -> its connection's row
+            rate = self._rates(flows, s_conn, s_cls, s_links, s_hops, s_cap)
+            local = s_ok & (s_hops == 0)
+            if local.any():
+                rate[local] = self._nic[hosts_of[flows.src[s_conn[local]]]] * LOCAL_FACTOR / ncls
+            rate[~s_ok] = 0.0
+            allocations += 1
+            c_rate = np.bincount(pos, weights=rate, minlength=a_gid.size)
+            begin = np.maximum(t, flows.start_s[a_gid])
+            with np.errstate(divide="ignore"):
+                t_c = np.where(c_rate > 0, begin + a_left / np.where(c_rate > 0, c_rate, 1.0), np.inf)
+            t_arr = flows.start_s[nxt] if nxt < n else math.inf
+            t_ctl = router.next_event() if router.controller else math.inf
+            t_next = min(t_arr, float(t_c.min()) if t_c.size else math.inf, t_ctl, end_s)
+            t_next = min(max(t_next, t + W), end_s)
+            stop = np.minimum(t_c, t_next)
+            dt = np.maximum(stop - begin, 0.0)
+            self._bin(rx, begin, stop, c_rate, flows.dst[a_gid])
+            s_sent += rate * dt[pos]
+            done = t_c <= t_next
+            fct[a_gid[done]] = t_c[done] - flows.start_s[a_gid[done]]
+            a_left = a_left - c_rate * dt
+            keep = ~done
+            if not keep.all():
+                gone = a_gid[done]
+                a_gid, a_left = a_gid[keep], a_left[keep]
+                sk = ~np.isin(s_conn, gone)
+                s_conn, s_cls, s_links, s_hops = s_conn[sk], s_cls[sk], s_links[sk], s_hops[sk]
+                s_ok, s_sent, s_cap = s_ok[sk], s_sent[sk], s_cap[sk]
+            t = t_next
+            if progress is not None:
+                progress(t)
+            if t >= end_s:
+                break
+        return Result(fct, rx, allocations, time.perf_counter() - wall0, end_s,
+                      list(getattr(router, "decisions", [])))
+
+    def _rates(self, flows: Flows, s_conn, s_cls, s_links, s_hops, s_cap) -> np.ndarray:
+        net = self.net
+        if self.sharing in ("fair", "wc-only"):
+            return allocate(s_links, s_hops, s_cls, s_cap, net.capacity)
+        inv, w_i, b_i = pair_terms(flows.src[s_conn], flows.dst[s_conn], self.guarantee, self.vm_weight)
+        if self.sharing == "lrc":
+            per_pair = np.bincount(inv, minlength=b_i.size)           # the pair's connections split its terms
+            return allocate(s_links, s_hops, s_cls, s_cap, net.capacity,
+                            weight=w_i[inv] / per_pair[inv], floor=b_i[inv] / per_pair[inv])
+        return allocate(s_links, s_hops, s_cls, s_cap, net.capacity, pair=inv, pair_cap=b_i)
+
+    @staticmethod
+    def _bin(rx: np.ndarray, begin: np.ndarray, stop: np.ndarray, rate: np.ndarray, dst: np.ndarray) -> None:
+        """Adds each connection's bits received in [begin, stop) to its
+        destination's 1 s slots."""
+        if begin.size == 0:
+            return
+        lo, top = int(math.floor(begin.min())), int(math.floor(min(stop.max(), rx.shape[0] - 1e-9)))
+        for s in range(max(lo, 0), min(top, rx.shape[0] - 1) + 1):
+            part = np.clip(np.minimum(stop, s + 1) - np.maximum(begin, s), 0.0, None) * rate
+            np.add.at(rx[s], dst, part)
