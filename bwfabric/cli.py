@@ -224,7 +224,16 @@ def cmd_experiment(args) -> int:
 
 
 def cmd_simulate(args) -> int:
+    if args.name == "fabric":
+        from experiments.flowsim import command as flowsim
+        return flowsim.main(args.set, Path(args.out), args.json)
+    if args.name == "fabric-validate":
+        from experiments.flowsim import validate
+        return validate.main(([args.scenario] if args.scenario else []) + args.more, Path(args.out), args.json)
     from experiments.lrcsim import command
+    if args.set:
+        print("bwfabric simulate: --set is for 'fabric' runs", file=sys.stderr)
+        return 2
     if args.name == "lrc":
         if not args.scenario:
             print("bwfabric simulate lrc: give a scenario file (YAML or JSON; see docs/lrc.md)", file=sys.stderr)
@@ -288,14 +297,19 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default="results", help="directory for JSON and PNG results")
     e.set_defaults(func=cmd_experiment)
 
-    m = sub.add_parser("simulate", help="simulate LRC: a scenario file (lrc SCENARIO) or a paper figure "
+    m = sub.add_parser("simulate", help="simulate: a fabric at flow level with the product's routing in the loop "
+                       "(fabric --set KEY=VALUE ...), LRC from a scenario file (lrc SCENARIO) or a paper figure "
                        "(lrc-fig8, lrc-fig9, lrc-fig10, lrc-fig11, lrc-delay-table, lrc-validate)")
     m.add_argument("name")
-    m.add_argument("scenario", nargs="?", help="lrc: the scenario (YAML or JSON)")
+    m.add_argument("scenario", nargs="?", help="lrc: the scenario (YAML or JSON); fabric-validate: emulated results")
+    m.add_argument("more", nargs="*", help="fabric-validate: more emulated results")
     m.add_argument("--json", action="store_true", help="print the summary as JSON")
     m.add_argument("--out", default="results/simulate", help="figures: directory for JSON and PNG results")
     m.add_argument("--delay", type=float, default=None, help="figures: stats-to-host delay (s)")
     m.add_argument("--tau-ms", type=float, default=None, help="figures: τ_v = τ_r = this (the paper's '15 ms')")
+    m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="fabric: k, link_mbps, routings (single_path,ecmp,hedera,lessor), loads, seconds, drain, "
+                   "warmup, seed, workload, window_ms, vms_per_host, cpu (measured or a share), rtt_ms")
     m.set_defaults(func=cmd_simulate)
 
     a = sub.add_parser("agent", help="run the host agent (in the host's network namespace)")

@@ -86,7 +86,10 @@ class Result:
 
 class Engine:
     def __init__(self, net: SimNet, router: EcmpRouter, sharing: str = "fair", window_s: float = 0.0,
-                 guarantee_bps: np.ndarray | None = None, vm_weight: np.ndarray | None = None):
+                 guarantee_bps: np.ndarray | None = None, vm_weight: np.ndarray | None = None,
+                 port_seed: int = 0):
+        """``port_seed`` shifts every connection's source ports: another
+        draw of ECMP's hash (the emulator's ephemeral ports are random)."""
         if sharing not in SHARINGS:
             raise SimError(f"sharing {sharing!r}: known are {', '.join(SHARINGS)}")
         if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and 0 <= window_s <= 1):
@@ -103,12 +106,20 @@ class Engine:
         if np.any(self.vm_weight <= 0):
             raise SimError("vm_weight: every weight must be > 0")
         self.net, self.router, self.sharing, self.window_s = net, router, sharing, float(window_s)
+        if not isinstance(port_seed, int) or isinstance(port_seed, bool) or not 0 <= port_seed < 2**31:
+            raise SimError(f"port_seed {port_seed!r}: an integer in [0, 2^31)")
+        self.port_seed = port_seed
         self.classes = SUBFLOWS[sharing]
         host_names = net.view.hosts
         self._host_tor_port = [(net.tor_of[h], net.view.port(net.tor_of[h], h)) for h in host_names]
         self._nic = np.array([net.nic_bps(h) for h in host_names])
 
-    # ---- subflows --------------------------------------------------------------------------
+    # ---- subflows ----
+    def _sport(self, conn: int, k: int) -> int:
+        """Subflow k of connection ``conn``: its source port (its 5-tuple's
+        only free field; one per subflow, never 0)."""
+        return SPORT_BASE + (2 * conn + 2 * self.port_seed * 7919) % 50_000 + k
+
     def _key(self, ep_s: int, ep_d: int, sport: int) -> tuple:
         e = self.net.endpoints
         return (e[ep_s].ip, e[ep_d].ip, TCP, sport, DPORT)
@@ -161,7 +172,7 @@ class Engine:
         hosts_of = net.ep_host
 
         def keys_of(conn, cls):
-            return [self._key(int(flows.src[c]), int(flows.dst[c]), SPORT_BASE + 2 * int(c) % 50_000 + int(k))
+            return [self._key(int(flows.src[c]), int(flows.dst[c]), self._sport(int(c), int(k)))
                     for c, k in zip(conn, cls)]
 
         def counters():
@@ -170,7 +181,7 @@ class Engine:
             for c, k, sent in zip(s_conn.tolist(), s_cls.tolist(), s_sent.tolist()):
                 ep_s, ep_d = int(flows.src[c]), int(flows.dst[c])
                 tor, port = self._host_tor_port[hosts_of[ep_s]]
-                sport = SPORT_BASE + 2 * c % 50_000 + k
+                sport = self._sport(c, k)
                 by_tor.setdefault(tor, []).append((counter_match(port, e[ep_s].ip, e[ep_d].ip, sport, DPORT),
                                                    int(sent / 8)))
             return by_tor

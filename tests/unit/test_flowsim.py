@@ -339,3 +339,44 @@ def test_summary_counts_unfinished_and_buckets(k4):
     assert s["by_size"]["< 100 KB"]["n"] == 1 and s["by_size"][">= 10 MB"]["n"] == 0
     with pytest.raises(SimError, match="window"):
         summarize(fl, res, (3, 3))
+
+
+# ---- validation against emulated runs: the inputs are the emulator's own ---------------------------
+
+def _lessor_eval_results(tmp_path, planned_delta=0):
+    from dataclasses import asdict
+
+    from experiments.lessor_eval import Config
+    from experiments.workloads import SizeCdf, on_off_flows
+    cfg = Config(apps=("single_path",), loads=(0.3,), seeds=(4,), duration=6.0, drain=10.0)
+    hosts = [h.name for h in cfg.topo().hosts]
+    specs = on_off_flows(hosts, SizeCdf.load(cfg.workload), 0.3, cfg.link_mbps, cfg.duration, 4, cfg.model())
+    # an "emulated" run that is the exact single-path max-min: every connection 10 % slower
+    from experiments.flowsim.validate import lessor_eval_rows  # noqa: F401 (imported where it is used)
+    net = SimNet(cfg.topo())
+    res = Engine(net, make_router(net, "single_path"), "fair", 0.0).run(Flows.from_specs(net, specs), 16.0)
+    order = np.argsort([f.start_s for f in specs], kind="stable")
+    fct = np.full(len(specs), np.nan)
+    fct[order] = res.fct_s
+    run = {"aggregate_mbps": res.aggregate_bps((2.0, 6.0)) / 1e6 / 1.25, "planned": len(specs) + planned_delta,
+           "flows": [{"id": i, "size": s.size, "fct": None if not np.isfinite(fct[i]) else fct[i] * 1.1,
+                      "complete": bool(np.isfinite(fct[i]))} for i, s in enumerate(specs)]}
+    path = tmp_path / "results.json"
+    import json
+    path.write_text(json.dumps({"config": asdict(cfg), "runs": {"4/0.3/single_path": run}}))
+    return path
+
+
+def test_validation_reads_the_emulators_inputs_and_compares(tmp_path):
+    from experiments.flowsim.validate import rows_for
+    rows = rows_for(_lessor_eval_results(tmp_path))
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["aggregate_ratio"] == pytest.approx(1.25) and r["fct_ratio"] == pytest.approx(1 / 1.1)
+    assert r["within"] is False and r["both_finished"] == r["emu_finished"] == r["sim_finished"]
+
+
+def test_validation_refuses_results_whose_flows_it_cannot_regenerate(tmp_path):
+    from experiments.flowsim.validate import rows_for
+    with pytest.raises(SimError, match="planned"):
+        rows_for(_lessor_eval_results(tmp_path, planned_delta=1))
