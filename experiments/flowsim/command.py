@@ -132,7 +132,8 @@ def run(cfg: FabricConfig, out: Path, quiet: bool = False) -> dict:
                                           / (cfg.seconds - cfg.warmup))
                 s["speed"] = {"connections": int(flows.src.size), "wall_s": res.wall_s,
                               "connections_per_s": flows.src.size / res.wall_s,
-                              "allocations_per_s": res.allocations / res.wall_s}
+                              "allocations_per_s": res.allocations / res.wall_s,
+                              "events": res.events, "events_per_s": res.events / res.wall_s}
                 if res.decisions:
                     pm = [d["pmpt_s"] for d in res.decisions if d["pmpt_s"] > 0]
                     s["controller"] = {"decisions": len(res.decisions),
@@ -166,7 +167,7 @@ def _line(load: float, routing: str, s: dict) -> None:
           f"{s['offered_mbps']:.0f})  FCT mean {_fmt_ms(s['fct']['mean_s'])} p50 {_fmt_ms(s['fct']['p50_s'])} "
           f"p99 {_fmt_ms(s['fct']['p99_s'])} ms  unfinished {s['unfinished']}  "
           f"[{sp['connections']} conns in {sp['wall_s']:.0f} s: {sp['connections_per_s']:.0f} conns/s, "
-          f"{sp['allocations_per_s']:.0f} allocations/s]{extra}", flush=True)
+          f"{sp['events_per_s']:.0f} events/s, {sp['allocations_per_s']:.0f} allocations/s]{extra}", flush=True)
 
 
 def _plot(doc: dict, path: Path) -> None:

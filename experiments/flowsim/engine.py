@@ -76,6 +76,7 @@ class Result:
     wall_s: float
     end_s: float
     decisions: list = field(default_factory=list)
+    events: int = 0                    # arrivals + completions + controller events handled
 
     def aggregate_bps(self, window: tuple[float, float]) -> float:
         a, b = int(math.floor(window[0])), int(math.ceil(window[1]))
@@ -169,6 +170,7 @@ class Engine:
         nxt = 0
         t = 0.0
         allocations = 0
+        events = 0
         hosts_of = net.ep_host
 
         def keys_of(conn, cls):
@@ -190,6 +192,7 @@ class Engine:
             # arrivals inside this window: their subflows, routed now
             hi = int(np.searchsorted(flows.start_s, t + W, side="right" if W == 0 else "left"))
             if hi > nxt:
+                events += hi - nxt
                 new = np.arange(nxt, hi)
                 a_gid = np.concatenate([a_gid, new])
                 a_left = np.concatenate([a_left, flows.size_bytes[new] * 8.0])
@@ -214,6 +217,7 @@ class Engine:
                 nxt = hi
             # the controller's events due now
             if router.controller and router.next_event() <= t + 1e-12:
+                events += 1
                 if router.on_event(t, counters):
                     ks = keys_of(s_conn, s_cls)
                     for j, key in enumerate(ks):
@@ -247,6 +251,7 @@ class Engine:
             self._bin(rx, begin, stop, c_rate, flows.dst[a_gid])
             s_sent += rate * dt[pos]
             done = t_c <= t_next
+            events += int(done.sum())
             fct[a_gid[done]] = t_c[done] - flows.start_s[a_gid[done]]
             a_left = a_left - c_rate * dt
             keep = ~done
@@ -262,7 +267,7 @@ class Engine:
             if t >= end_s:
                 break
         return Result(fct, rx, allocations, time.perf_counter() - wall0, end_s,
-                      list(getattr(router, "decisions", [])))
+                      list(getattr(router, "decisions", [])), events)
 
     def _rates(self, flows: Flows, s_conn, s_cls, s_links, s_hops, s_cap) -> np.ndarray:
         net = self.net

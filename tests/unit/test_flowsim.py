@@ -175,6 +175,7 @@ def test_two_flows_into_one_host_finish_when_max_min_says(k4):
     eng = Engine(k4, make_router(k4, "ecmp"), "fair", 0.0)
     res = eng.run(_flows(k4, [("h1", "h3", 0.0, 1 * MB), ("h2", "h3", 0.0, 2 * MB)]), 10.0)
     assert res.fct_s == pytest.approx([1.6, 2.4], abs=1e-9)
+    assert res.events == 4 and res.allocations == 2        # two arrivals (one allocation), two completions
     # every bit arrives, in the slots it arrived in: 5 + 5 in slot 0, 5 + 5 (to 1.6) + 4 in slot 1, 4 in slot 2
     assert res.rx_bits.sum() == pytest.approx(24e6)
     assert res.rx_bits[:3, k4.endpoint("h3")] == pytest.approx([10e6, 10e6, 4e6])
