@@ -227,6 +227,9 @@ def cmd_simulate(args) -> int:
     if args.name == "fabric":
         from experiments.flowsim import command as flowsim
         return flowsim.main(args.set, Path(args.out), args.json)
+    if args.name == "bgwc-fig19":
+        from experiments.flowsim import shuffle
+        return shuffle.main(Path(args.out), args.set, args.json)
     if args.name == "fabric-validate":
         from experiments.flowsim import validate
         return validate.main(([args.scenario] if args.scenario else []) + args.more, Path(args.out), args.json)
@@ -298,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_experiment)
 
     m = sub.add_parser("simulate", help="simulate: a fabric at flow level with the product's routing in the loop "
-                       "(fabric --set KEY=VALUE ...), LRC from a scenario file (lrc SCENARIO) or a paper figure "
+                       "(fabric --set KEY=VALUE ...), seed 000's Figs. 19-20 at 400 hosts (bgwc-fig19), LRC from a scenario file (lrc SCENARIO) or a paper figure "
                        "(lrc-fig8, lrc-fig9, lrc-fig10, lrc-fig11, lrc-delay-table, lrc-validate)")
     m.add_argument("name")
     m.add_argument("scenario", nargs="?", help="lrc: the scenario (YAML or JSON); fabric-validate: emulated results")

@@ -202,6 +202,38 @@ def bgwc_testbed(link_mbps: float = 100.0, mtu: int = JUMBO_MTU,
                   senders=["s1", "s2", "s3", "s4"], receivers=["s5", "s6", "s7", "s8"])
 
 
+def bgwc_large(pods: int = 4, cores: int = 2, aggs_per_pod: int = 2, tors_per_pod: int = 4, hosts_per_tor: int = 25,
+               host_mbps: float = 1000.0, tor_agg_mbps: float = 10000.0, agg_core_mbps: float = 20000.0,
+               mtu: int = JUMBO_MTU, queue_bytes: int | None = DEFAULT_QUEUE_BYTES) -> TopologyDescription:
+    """The BG/WC paper's simulated fabric (seed 000, Fig. 18): 400 hosts in
+    4 pods, 2 cores, 8 aggregation and 16 ToR switches, 25 hosts per ToR,
+    links of 1 / 10 / 20 Gb/s by tier. The paper leaves the wiring open;
+    here every ToR links to every aggregation switch of its pod and every
+    aggregation switch to every core (the three-tier tree of Al-Fares'
+    Fig. 1). ToR over-subscription: 25 x 1 / (2 x 10) = 1.25; aggregation:
+    4 x 10 / (2 x 20) = 1."""
+    if min(pods, cores, aggs_per_pod, tors_per_pod, hosts_per_tor) < 1:
+        raise ValueError("bgwc_large: every count must be >= 1")
+    b = _Builder(f"bgwc-large-{pods * tors_per_pod * hosts_per_tor}", queue_bytes)
+    core = [b.switch(f"c{i + 1}", "core") for i in range(cores)]
+    for pod in range(pods):
+        aggs = [b.switch(f"a{pod}_{j}", "aggregation", pod) for j in range(aggs_per_pod)]
+        tors = [b.switch(f"e{pod}_{j}", "edge", pod) for j in range(tors_per_pod)]
+        for e in tors:
+            for _ in range(hosts_per_tor):
+                b.link(b.host(), e, host_mbps)
+        for e in tors:
+            for a in aggs:
+                b.link(e, a, tor_agg_mbps)
+    for pod in range(pods):
+        for j in range(aggs_per_pod):
+            for c in core:
+                b.link(f"a{pod}_{j}", c, agg_core_mbps)
+    return b.done(mtu, kind="bgwc-large", host_mbps=host_mbps, tor_agg_mbps=tor_agg_mbps,
+                  agg_core_mbps=agg_core_mbps,
+                  tor_oversubscription=hosts_per_tor * host_mbps / (aggs_per_pod * tor_agg_mbps))
+
+
 def star(n_senders: int = 3, link_mbps: float = 100.0, mtu: int = JUMBO_MTU,
          queue_bytes: int | None = DEFAULT_QUEUE_BYTES) -> TopologyDescription:
     """N senders h1..hN and one receiver r1 on a single switch."""
@@ -221,6 +253,7 @@ BUILDERS: dict[str, Callable[..., TopologyDescription]] = {
     "vl2": vl2,
     "lessor-testbed": lessor_testbed,
     "bgwc-testbed": bgwc_testbed,
+    "bgwc-large": bgwc_large,
     "star": star,
 }
 

@@ -68,6 +68,57 @@ class Flows:
                    np.array([f.size for f in specs], dtype=float))
 
 
+class StaticSource:
+    """Connections known in advance (a ``Flows``), handed over by start."""
+
+    def __init__(self, flows: Flows):
+        self.flows = flows
+        self.i = 0
+
+    def next_start(self) -> float:
+        return float(self.flows.start_s[self.i]) if self.i < self.flows.src.size else math.inf
+
+    def take(self, until: float, inclusive: bool):
+        f = self.flows
+        hi = int(np.searchsorted(f.start_s, until, side="right" if inclusive else "left"))
+        out = (f.src[self.i:hi], f.dst[self.i:hi], f.start_s[self.i:hi], f.size_bytes[self.i:hi])
+        self.i = max(self.i, hi)
+        return out
+
+    def completed(self, gids: np.ndarray, times: np.ndarray, now: float) -> None:
+        """Connections ``gids`` ended at ``times`` (a job source starts what
+        waited for them, from ``now``)."""
+
+    def exhausted(self) -> bool:
+        return self.i >= self.flows.src.size
+
+
+class _Store:
+    """Every connection handed over so far, by global id (grows)."""
+
+    def __init__(self, capacity: int = 1024):
+        self.n = 0
+        self.src = np.zeros(capacity, dtype=np.int64)
+        self.dst = np.zeros(capacity, dtype=np.int64)
+        self.start = np.zeros(capacity)
+        self.size = np.zeros(capacity)
+        self.fct = np.full(capacity, np.nan)
+
+    def add(self, src, dst, start, size) -> np.ndarray:
+        k = len(src)
+        if self.n + k > self.src.size:
+            cap = max(2 * self.src.size, self.n + k)
+            for name, fill in (("src", 0), ("dst", 0), ("start", 0.0), ("size", 0.0), ("fct", np.nan)):
+                old = getattr(self, name)
+                new = np.full(cap, fill, dtype=old.dtype)
+                new[:self.n] = old[:self.n]
+                setattr(self, name, new)
+        sl = slice(self.n, self.n + k)
+        self.src[sl], self.dst[sl], self.start[sl], self.size[sl] = src, dst, start, size
+        self.n += k
+        return np.arange(sl.start, sl.stop)
+
+
 @dataclass
 class Result:
     fct_s: np.ndarray                  # per connection (NaN: not done by end_s)
@@ -142,17 +193,20 @@ class Engine:
         return row, len(links), True
 
     # ---- the loop --------------------------------------------------------------------------
-    def run(self, flows: Flows, end_s: float, progress=None) -> Result:
+    def run(self, flows, end_s: float, progress=None) -> Result:
+        """``flows``: a ``Flows`` (known in advance) or a source (``next_start``,
+        ``take``, ``completed``, ``exhausted``: :class:`StaticSource`'s
+        methods) that may start connections as others end."""
         if not (isinstance(end_s, (int, float)) and math.isfinite(end_s) and end_s > 0):
             raise SimError(f"end_s {end_s!r}: must be a finite number of seconds > 0")
         n_ep = len(self.net.endpoints)
-        if flows.src.size and (flows.src.max() >= n_ep or flows.dst.max() >= n_ep or flows.src.min() < 0
-                               or flows.dst.min() < 0):
+        source = StaticSource(flows) if isinstance(flows, Flows) else flows
+        if isinstance(flows, Flows) and flows.src.size and (
+                flows.src.max() >= n_ep or flows.dst.max() >= n_ep or flows.src.min() < 0 or flows.dst.min() < 0):
             raise SimError("flows: an endpoint index outside the fabric's endpoints")
         wall0 = time.perf_counter()
         net, router, W = self.net, self.router, self.window_s
-        n = flows.src.size
-        fct = np.full(n, np.nan)
+        store = self.store = _Store()
         n_slots = int(math.ceil(end_s)) + 1
         rx = np.zeros((n_slots, n_ep))
         ncls = len(self.classes)
@@ -167,35 +221,43 @@ class Engine:
         s_ok = np.zeros(0, dtype=bool)
         s_sent = np.zeros(0)                          # bits sent so far (the ToR's counter)
         s_cap = np.zeros(0)
-        nxt = 0
         t = 0.0
         allocations = 0
         events = 0
         hosts_of = net.ep_host
 
         def keys_of(conn, cls):
-            return [self._key(int(flows.src[c]), int(flows.dst[c]), self._sport(int(c), int(k)))
+            return [self._key(int(store.src[c]), int(store.dst[c]), self._sport(int(c), int(k)))
                     for c, k in zip(conn, cls)]
 
         def counters():
             by_tor: dict[str, list] = {}
             e = net.endpoints
             for c, k, sent in zip(s_conn.tolist(), s_cls.tolist(), s_sent.tolist()):
-                ep_s, ep_d = int(flows.src[c]), int(flows.dst[c])
+                ep_s, ep_d = int(store.src[c]), int(store.dst[c])
                 tor, port = self._host_tor_port[hosts_of[ep_s]]
                 sport = self._sport(c, k)
                 by_tor.setdefault(tor, []).append((counter_match(port, e[ep_s].ip, e[ep_d].ip, sport, DPORT),
                                                    int(sent / 8)))
             return by_tor
 
+        def route(j, c, key):
+            h = flow_hash(int(net.ip_int[store.src[c]]), int(net.ip_int[store.dst[c]]), TCP, key[3], DPORT)
+            return self._route(key, h, int(store.src[c]), int(store.dst[c]))
+
         while True:
             # arrivals inside this window: their subflows, routed now
-            hi = int(np.searchsorted(flows.start_s, t + W, side="right" if W == 0 else "left"))
-            if hi > nxt:
-                events += hi - nxt
-                new = np.arange(nxt, hi)
+            src, dst, st, sz = source.take(t + W, inclusive=W == 0)
+            if len(src):
+                if np.any(np.asarray(st) < t - 1e-9) or np.any(np.asarray(src) == np.asarray(dst)) or \
+                        not np.all(np.asarray(sz) > 0) or np.any((np.asarray(src) < 0) | (np.asarray(src) >= n_ep)
+                                                                 | (np.asarray(dst) < 0) | (np.asarray(dst) >= n_ep)):
+                    raise SimError("source: a connection starting in the past, to itself, empty, or outside "
+                                   "the fabric's endpoints")
+                new = store.add(src, dst, st, sz)
+                events += new.size
                 a_gid = np.concatenate([a_gid, new])
-                a_left = np.concatenate([a_left, flows.size_bytes[new] * 8.0])
+                a_left = np.concatenate([a_left, store.size[new] * 8.0])
                 conn = np.repeat(new, ncls)
                 cls = np.tile(np.array(self.classes, dtype=np.int64), new.size)
                 rows = np.full((conn.size, MAX_HOPS), -1, dtype=np.int64)
@@ -203,9 +265,7 @@ class Engine:
                 ok = np.ones(conn.size, dtype=bool)
                 caps = np.full(conn.size, np.inf)
                 for j, key in enumerate(keys_of(conn, cls)):
-                    c = int(conn[j])
-                    h = flow_hash(int(net.ip_int[flows.src[c]]), int(net.ip_int[flows.dst[c]]), TCP, key[3], DPORT)
-                    rows[j], hops[j], ok[j] = self._route(key, h, int(flows.src[c]), int(flows.dst[c]))
+                    rows[j], hops[j], ok[j] = route(j, int(conn[j]), key)
                     caps[j] = router.cap(key)
                 s_conn = np.concatenate([s_conn, conn])
                 s_cls = np.concatenate([s_cls, cls])
@@ -214,66 +274,62 @@ class Engine:
                 s_ok = np.concatenate([s_ok, ok])
                 s_sent = np.concatenate([s_sent, np.zeros(conn.size)])
                 s_cap = np.concatenate([s_cap, caps])
-                nxt = hi
             # the controller's events due now
             if router.controller and router.next_event() <= t + 1e-12:
                 events += 1
                 if router.on_event(t, counters):
-                    ks = keys_of(s_conn, s_cls)
-                    for j, key in enumerate(ks):
-                        c = int(s_conn[j])
-                        h = flow_hash(int(net.ip_int[flows.src[c]]), int(net.ip_int[flows.dst[c]]), TCP, key[3],
-                                      DPORT)
-                        s_links[j], s_hops[j], s_ok[j] = self._route(key, h, int(flows.src[c]), int(flows.dst[c]))
+                    for j, key in enumerate(keys_of(s_conn, s_cls)):
+                        s_links[j], s_hops[j], s_ok[j] = route(j, int(s_conn[j]), key)
                         s_cap[j] = router.cap(key)
                 if router.next_event() <= t + 1e-12:
                     continue                  # another event due at once (a poll right after a decision)
-            if a_gid.size == 0 and nxt >= n:
+            if a_gid.size == 0 and source.exhausted():
                 break
             # the allocation
             pos = np.searchsorted(a_gid, s_conn)          # subflow -> its connection's row
-            rate = self._rates(flows, s_conn, s_cls, s_links, s_hops, s_cap)
+            rate = self._rates(store.src[s_conn], store.dst[s_conn], s_cls, s_links, s_hops, s_cap)
             local = s_ok & (s_hops == 0)
             if local.any():
-                rate[local] = self._nic[hosts_of[flows.src[s_conn[local]]]] * LOCAL_FACTOR / ncls
+                rate[local] = self._nic[hosts_of[store.src[s_conn[local]]]] * LOCAL_FACTOR / ncls
             rate[~s_ok] = 0.0
             allocations += 1
             c_rate = np.bincount(pos, weights=rate, minlength=a_gid.size)
-            begin = np.maximum(t, flows.start_s[a_gid])
+            begin = np.maximum(t, store.start[a_gid])
             with np.errstate(divide="ignore"):
                 t_c = np.where(c_rate > 0, begin + a_left / np.where(c_rate > 0, c_rate, 1.0), np.inf)
-            t_arr = flows.start_s[nxt] if nxt < n else math.inf
+            t_arr = source.next_start()
             t_ctl = router.next_event() if router.controller else math.inf
             t_next = min(t_arr, float(t_c.min()) if t_c.size else math.inf, t_ctl, end_s)
             t_next = min(max(t_next, t + W), end_s)
             stop = np.minimum(t_c, t_next)
             dt = np.maximum(stop - begin, 0.0)
-            self._bin(rx, begin, stop, c_rate, flows.dst[a_gid])
+            self._bin(rx, begin, stop, c_rate, store.dst[a_gid])
             s_sent += rate * dt[pos]
             done = t_c <= t_next
             events += int(done.sum())
-            fct[a_gid[done]] = t_c[done] - flows.start_s[a_gid[done]]
+            gone = a_gid[done]
+            store.fct[gone] = t_c[done] - store.start[gone]
             a_left = a_left - c_rate * dt
-            keep = ~done
-            if not keep.all():
-                gone = a_gid[done]
+            if gone.size:
+                keep = ~done
                 a_gid, a_left = a_gid[keep], a_left[keep]
                 sk = ~np.isin(s_conn, gone)
                 s_conn, s_cls, s_links, s_hops = s_conn[sk], s_cls[sk], s_links[sk], s_hops[sk]
                 s_ok, s_sent, s_cap = s_ok[sk], s_sent[sk], s_cap[sk]
+                source.completed(gone, t_c[done], t_next)
             t = t_next
             if progress is not None:
                 progress(t)
             if t >= end_s:
                 break
-        return Result(fct, rx, allocations, time.perf_counter() - wall0, end_s,
+        return Result(store.fct[:store.n].copy(), rx, allocations, time.perf_counter() - wall0, end_s,
                       list(getattr(router, "decisions", [])), events)
 
-    def _rates(self, flows: Flows, s_conn, s_cls, s_links, s_hops, s_cap) -> np.ndarray:
+    def _rates(self, src, dst, s_cls, s_links, s_hops, s_cap) -> np.ndarray:
         net = self.net
         if self.sharing in ("fair", "wc-only"):
             return allocate(s_links, s_hops, s_cls, s_cap, net.capacity)
-        inv, w_i, b_i = pair_terms(flows.src[s_conn], flows.dst[s_conn], self.guarantee, self.vm_weight)
+        inv, w_i, b_i = pair_terms(src, dst, self.guarantee, self.vm_weight)
         if self.sharing == "lrc":
             per_pair = np.bincount(inv, minlength=b_i.size)           # the pair's connections split its terms
             return allocate(s_links, s_hops, s_cls, s_cap, net.capacity,

@@ -381,3 +381,67 @@ def test_validation_refuses_results_whose_flows_it_cannot_regenerate(tmp_path):
     from experiments.flowsim.validate import rows_for
     with pytest.raises(SimError, match="planned"):
         rows_for(_lessor_eval_results(tmp_path, planned_delta=1))
+
+
+# ---- seed 000's study: jobs on slots -------------------------------------------------------------
+
+def test_bgwc_large_is_the_papers_fabric():
+    from mininet_topos.builders import bgwc_large
+    topo = bgwc_large()
+    roles = [sw.role for sw in topo.switches]
+    assert len(topo.hosts) == 400 and roles.count("core") == 2 and roles.count("aggregation") == 8 \
+        and roles.count("edge") == 16
+    speeds = sorted({lk.capacity_mbps for lk in topo.links})
+    assert speeds == [1000.0, 10000.0, 20000.0]
+    assert topo.params["tor_oversubscription"] == 1.25
+
+
+def test_jobs_wait_for_slots_and_a_shuffle_ends_with_its_last_connection():
+    from experiments.flowsim.shuffle import ShuffleJobs, SLOTS
+    net = SimNet(with_vm_blocks(fattree(4, link_mbps=10.0)), vms_per_host=2 * SLOTS)
+    # the cluster has 32 mapper slots: job 0 takes 30, job 1 (arriving later) needs 4 and waits for job 0
+    jobs = [{"id": 0, "arrival_s": 0.0, "shuffle_bytes": 30 * 30 * 1e4, "mappers": 30, "reducers": 30},
+            {"id": 1, "arrival_s": 0.1, "shuffle_bytes": 16 * 1e5, "mappers": 4, "reducers": 4}]
+    src = ShuffleJobs(net, jobs, seed=1)
+    res = Engine(net, make_router(net, "ecmp"), "fair", 0.0).run(src, 60.0)
+    assert set(src.shuffle_s) == {0, 1}
+    assert src.placed_at[1] == pytest.approx(src.placed_at[0] + src.shuffle_s[0])     # when job 0's slots came back
+    assert res.fct_s.size == 30 * 30 + 16
+    first = [g for g, j in enumerate(src.job_of) if j == 0]
+    assert src.shuffle_s[0] == pytest.approx(np.max(res.fct_s[first]))
+    # every connection runs mapper VM -> reducer VM: even slots send, odd slots receive
+    assert len(src.handed_src) == res.fct_s.size
+    assert all(s % 4 < 2 and d % 4 >= 2 for s, d in zip(src.handed_src, src.handed_dst))
+
+
+def test_bgwc_beats_full_competition_and_reservation_on_a_small_cluster():
+    from experiments.flowsim.shuffle import SCHEMES, make_jobs
+    from experiments.flowsim import shuffle as S
+    net = SimNet(with_vm_blocks(fattree(4, link_mbps=1000.0)), vms_per_host=2 * S.SLOTS)
+    jobs = make_jobs(60, seed=3, arrival_per_s=4.0, max_tasks=8)
+    mean = {s: np.mean(list(S.simulate(s, jobs, 3, 0.005, net=net)["shuffle_s"].values())) for s in SCHEMES}
+    assert mean["BG+WC"] < mean["BGOnly"]          # work conservation: the spare capacity is used
+    assert mean["WCOnly"] == pytest.approx(mean["FullCompetition"])   # one class: the same sharing
+
+
+def test_jobs_are_refused_by_name():
+    from experiments.flowsim.shuffle import make_jobs
+    with pytest.raises(SimError, match="jobs"):
+        make_jobs(0, 1, 1.0)
+    with pytest.raises(SimError, match="arrival_per_s"):
+        make_jobs(5, 1, math.nan)
+    with pytest.raises(SimError, match="max_tasks"):
+        make_jobs(5, 1, 1.0, max_tasks=0)
+
+
+def test_a_shuffle_time_is_its_latest_connection_not_the_last_reported():
+    from experiments.flowsim.shuffle import ShuffleJobs, SLOTS
+    net = SimNet(with_vm_blocks(fattree(4, link_mbps=10.0)), vms_per_host=2 * SLOTS)
+    src = ShuffleJobs(net, [{"id": 7, "arrival_s": 1.0, "shuffle_bytes": 4e6, "mappers": 2, "reducers": 2}], 1)
+    got = src.take(2.0, inclusive=False)
+    assert len(got[0]) == 4 and np.all(got[2] == 1.0) and np.all(got[3] == 1e6)
+    src.completed(np.array([3, 2]), np.array([4.0, 9.0]), 9.0)
+    assert 7 not in src.shuffle_s
+    src.completed(np.array([1, 0]), np.array([6.0, 5.0]), 9.0)
+    assert src.shuffle_s[7] == pytest.approx(8.0) and src.exhausted()
+    assert len(src.free_map) == 32 and len(src.free_red) == 32
