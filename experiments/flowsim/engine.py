@@ -139,9 +139,13 @@ class Result:
 class Engine:
     def __init__(self, net: SimNet, router: EcmpRouter, sharing: str = "fair", window_s: float = 0.0,
                  guarantee_bps: np.ndarray | None = None, vm_weight: np.ndarray | None = None,
-                 port_seed: int = 0):
+                 port_seed: int = 0, wc_per_vm: bool = False):
         """``port_seed`` shifts every connection's source ports: another
-        draw of ECMP's hash (the emulator's ephemeral ports are random)."""
+        draw of ECMP's hash (the emulator's ephemeral ports are random).
+        ``wc_per_vm``: the WC class shares by the agents' WC policy -- each
+        sending VM's WC subflows together weigh its ``vm_weight`` (its A_l:
+        the declared competition level), however many connections it opens
+        -- instead of one weight per subflow (TCP's share)."""
         if sharing not in SHARINGS:
             raise SimError(f"sharing {sharing!r}: known are {', '.join(SHARINGS)}")
         if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and 0 <= window_s <= 1):
@@ -161,6 +165,7 @@ class Engine:
         if not isinstance(port_seed, int) or isinstance(port_seed, bool) or not 0 <= port_seed < 2**31:
             raise SimError(f"port_seed {port_seed!r}: an integer in [0, 2^31)")
         self.port_seed = port_seed
+        self.wc_per_vm = bool(wc_per_vm)
         self.classes = SUBFLOWS[sharing]
         host_names = net.view.hosts
         self._host_tor_port = [(net.tor_of[h], net.view.port(net.tor_of[h], h)) for h in host_names]
@@ -327,14 +332,19 @@ class Engine:
 
     def _rates(self, src, dst, s_cls, s_links, s_hops, s_cap) -> np.ndarray:
         net = self.net
+        weight = None
+        if self.wc_per_vm:
+            wc = s_cls != BG
+            n_wc = np.bincount(src[wc], minlength=self.vm_weight.size)
+            weight = self.vm_weight[src] / np.maximum(n_wc[src], 1)
         if self.sharing in ("fair", "wc-only"):
-            return allocate(s_links, s_hops, s_cls, s_cap, net.capacity)
+            return allocate(s_links, s_hops, s_cls, s_cap, net.capacity, weight=weight)
         inv, w_i, b_i = pair_terms(src, dst, self.guarantee, self.vm_weight)
         if self.sharing == "lrc":
             per_pair = np.bincount(inv, minlength=b_i.size)           # the pair's connections split its terms
             return allocate(s_links, s_hops, s_cls, s_cap, net.capacity,
                             weight=w_i[inv] / per_pair[inv], floor=b_i[inv] / per_pair[inv])
-        return allocate(s_links, s_hops, s_cls, s_cap, net.capacity, pair=inv, pair_cap=b_i)
+        return allocate(s_links, s_hops, s_cls, s_cap, net.capacity, pair=inv, pair_cap=b_i, weight=weight)
 
     @staticmethod
     def _bin(rx: np.ndarray, begin: np.ndarray, stop: np.ndarray, rate: np.ndarray, dst: np.ndarray) -> None:

@@ -22,9 +22,12 @@ the product's code in the loop: ``bwfabric simulate bgwc-fig19``.
   arrivals; a job waits (FIFO) until its mappers and reducers all have
   free slots, picked at random.
 - Schemes (:mod:`.sharing`): FullCompetition (``fair``: every connection
-  max-min), BGOnly (``reservation``: each VM-pair held to B_i), WCOnly
-  (``wc-only``: the low-priority subflow alone) and BG+WC (``bgwc``: BG to
-  B_i first, WC max-min over the rest).
+  max-min, TCP's share), BGOnly (``reservation``: each VM-pair held to
+  B_i), WCOnly (``wc-only``: the low-priority subflow alone) and BG+WC
+  (``bgwc``: BG to B_i first, WC over the rest). WC shares by the agents'
+  WC policy (A_l by guarantee, ``docs/apps.md``): each sending VM's WC
+  subflows together weigh its A_l -- equal here -- however many
+  connections it opens.
 - Measured: a job's shuffle-phase completion time, from its placement to
   its last connection's end, for the first ``jobs`` jobs: CDF (Fig. 19, cut
   at 5000 ms) and means by job size (Fig. 20). The paper gives an ordering
@@ -165,7 +168,10 @@ def simulate(scheme: str, jobs: list[dict], seed: int, window_s: float = 0.005, 
              net: SimNet | None = None, progress=None) -> dict:
     net = net or fabric()
     guarantee = np.full(len(net.endpoints), HOST_GUARANTEE_BPS / SLOTS)
-    eng = Engine(net, make_router(net, "ecmp"), SCHEMES[scheme], window_s, guarantee_bps=guarantee)
+    # the WC classes share by the agents' WC policy (A_l by guarantee: equal here, every slot VM 400 Mb/s):
+    # each sending VM's WC weighs the same however many connections it has; FullCompetition is plain TCP
+    eng = Engine(net, make_router(net, "ecmp"), SCHEMES[scheme], window_s, guarantee_bps=guarantee,
+                 wc_per_vm=scheme in ("WCOnly", "BG+WC"))
     source = ShuffleJobs(net, jobs, seed)
     res = eng.run(source, end_s, progress=progress)
     return {"shuffle_s": source.shuffle_s, "wall_s": res.wall_s, "allocations": res.allocations,

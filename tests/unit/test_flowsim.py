@@ -421,7 +421,15 @@ def test_bgwc_beats_full_competition_and_reservation_on_a_small_cluster():
     jobs = make_jobs(60, seed=3, arrival_per_s=4.0, max_tasks=8)
     mean = {s: np.mean(list(S.simulate(s, jobs, 3, 0.005, net=net)["shuffle_s"].values())) for s in SCHEMES}
     assert mean["BG+WC"] < mean["BGOnly"]          # work conservation: the spare capacity is used
-    assert mean["WCOnly"] == pytest.approx(mean["FullCompetition"])   # one class: the same sharing
+    assert mean["WCOnly"] != pytest.approx(mean["FullCompetition"])   # per-VM WC against per-connection TCP
+
+
+@pytest.mark.parametrize("per_vm, want", [(False, 3.2), (True, 1.6)])
+def test_the_wc_policy_weighs_a_vm_not_its_connections(k4, per_vm, want):
+    # h1 opens three connections to h3, h2 one: per connection h2 gets a quarter of h3's 10 Mb/s, per VM half
+    fl = _flows(k4, [("h1", "h3", 0.0, 10 * MB)] * 3 + [("h2", "h3", 0.0, 1 * MB)])
+    res = Engine(k4, make_router(k4, "ecmp"), "wc-only", 0.0, wc_per_vm=per_vm).run(fl, 60.0)
+    assert res.fct_s[3] == pytest.approx(want)
 
 
 def test_jobs_are_refused_by_name():
