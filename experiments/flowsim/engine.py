@@ -33,6 +33,7 @@ LOCAL_FACTOR = 10.0       # two VMs of one host: a memory copy, ten times the NI
 TCP = 6
 SPORT_BASE = 10_000
 DPORT = 7000              # experiments.traffic.FLOWGEN_PORT
+MAX_EVENTS_AT_ONCE = 100  # a router with more events due at one instant is stuck
 
 
 @dataclass
@@ -229,6 +230,7 @@ class Engine:
         t = 0.0
         allocations = 0
         events = 0
+        due_now = 0                                   # controller events run at this same time so far
         hosts_of = net.ep_host
 
         def keys_of(conn, cls):
@@ -280,14 +282,20 @@ class Engine:
                 s_sent = np.concatenate([s_sent, np.zeros(conn.size)])
                 s_cap = np.concatenate([s_cap, caps])
             # the controller's events due now
-            if router.controller and router.next_event() <= t + 1e-12:
+            # (due: at or before t exactly -- with a tolerance an event a hair after t would be "due" here
+            # and not due to the router, and the loop would spin on it)
+            if router.controller and router.next_event() <= t:
                 events += 1
                 if router.on_event(t, counters):
                     for j, key in enumerate(keys_of(s_conn, s_cls)):
                         s_links[j], s_hops[j], s_ok[j] = route(j, int(s_conn[j]), key)
                         s_cap[j] = router.cap(key)
-                if router.next_event() <= t + 1e-12:
+                if router.next_event() <= t:
+                    due_now += 1
+                    if due_now > MAX_EVENTS_AT_ONCE:
+                        raise SimError(f"router: events still due after {MAX_EVENTS_AT_ONCE} at {t!r} s")
                     continue                  # another event due at once (a poll right after a decision)
+            due_now = 0
             if a_gid.size == 0 and source.exhausted():
                 break
             # the allocation

@@ -453,3 +453,15 @@ def test_a_shuffle_time_is_its_latest_connection_not_the_last_reported():
     src.completed(np.array([1, 0]), np.array([6.0, 5.0]), 9.0)
     assert src.shuffle_s[7] == pytest.approx(8.0) and src.exhausted()
     assert len(src.free_map) == 32 and len(src.free_red) == 32
+
+
+def test_a_controller_event_a_hair_after_a_window_boundary_does_not_stall_the_loop(k4):
+    # a tiny flow ends inside the first window, so the next allocation is at the window's end (t = W); the
+    # first poll falls 1e-13 s after it: not due at W, run at the window after
+    router = make_router(k4, "lessor", cpu=0.0, rtt_s=0.0)
+    window = 0.0005
+    router.next_poll = window + 1e-13
+    fl = _flows(k4, [("h1", "h16", 0.0, 4 * MB), ("h5", "h6", 0.0, 312.5)])
+    res = Engine(k4, router, "fair", window).run(fl, 6.0)
+    assert res.fct_s == pytest.approx([3.2, window / 2]) and router.decisions
+    assert router.decisions[0]["t"] == pytest.approx(2 * window + 2.5)
