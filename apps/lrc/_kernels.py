@@ -259,28 +259,28 @@ def maxmin_csr(ptr, links, d, cap):
             break
         if nc < n_capped and d[capped[nc]] <= lvl:
             i = capped[nc]            # its cap comes first: it stops there
-            x = d[i]
-            frozen[i] = True
-            rate[i] = x
+            _freeze(i, d[i], ptr, links, residual, users, rate, frozen)
             left -= 1
-            for e in range(ptr[i], ptr[i + 1]):
-                residual[links[e]] -= x
-                users[links[e]] -= 1
             continue
         if link < 0:
             break
         size = _heap_pop(keys, vals, size)
         for k in range(count[link], count[link + 1]):
             f = lflows[k]
-            if frozen[f]:
-                continue
-            frozen[f] = True
-            rate[f] = lvl
-            left -= 1
-            for e in range(ptr[f], ptr[f + 1]):
-                residual[links[e]] -= lvl
-                users[links[e]] -= 1
+            if not frozen[f]:
+                _freeze(f, lvl, ptr, links, residual, users, rate, frozen)
+                left -= 1
     return rate
+
+
+@njit(cache=True)
+def _freeze(f, x, ptr, links, residual, users, rate, frozen):
+    """Flow ``f`` stops rising at ``x``: its links lose it and carry x."""
+    frozen[f] = True
+    rate[f] = x
+    for e in range(ptr[f], ptr[f + 1]):
+        residual[links[e]] -= x
+        users[links[e]] -= 1
 
 
 def waterfill(paths, weights, floors, caps, capacity) -> np.ndarray:

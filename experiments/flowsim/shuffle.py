@@ -62,13 +62,9 @@ def make_jobs(n: int, seed: int, arrival_per_s: float, max_tasks: int = 100) -> 
         raise SimError(f"arrival_per_s {arrival_per_s!r}: a finite rate > 0")
     if not (isinstance(max_tasks, int) and 1 <= max_tasks):
         raise SimError(f"max_tasks {max_tasks!r}: an integer >= 1")
-    rng = np.random.default_rng(seed)
-    out, t = [], 0.0
-    for k in range(n):
-        t += rng.exponential(1 / arrival_per_s)
-        u = rng.random()
-        lo, hi = (1e4, 1e8) if u < 0.80 else (1e8, 1e10) if u < 0.95 else (1e10, 2e11)
-        size = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    from experiments.lrcsim.shuffle import arrivals_and_sizes
+    out = []
+    for k, (t, size) in enumerate(arrivals_and_sizes(n, np.random.default_rng(seed), arrival_per_s)):
         m = int(min(max_tasks, max(1, math.ceil(size / BLOCK_BYTES))))
         out.append({"id": k, "arrival_s": t, "shuffle_bytes": size, "mappers": m, "reducers": m})
     return out

@@ -88,14 +88,22 @@ class Fabric:
         return [s1, 2 * SERVERS + t1 * AGGS + agg, 2 * SERVERS + RACKS * AGGS + t2 * AGGS + agg, SERVERS + s2]
 
 
-def jobs(n: int, seed: int, arrival_per_s: float) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    out, t = [], 0.0
-    for k in range(n):
+def arrivals_and_sizes(n: int, rng: np.random.Generator, arrival_per_s: float):
+    """Poisson job arrivals and shuffle sizes of SWIM's published shape:
+    80 % log-uniform in [10 kB, 100 MB], 15 % in [100 MB, 10 GB], 5 % in
+    [10 GB, 200 GB] (also seed 000's study, experiments/flowsim/shuffle.py)."""
+    t = 0.0
+    for _ in range(n):
         t += rng.exponential(1 / arrival_per_s)
         u = rng.random()
         lo, hi = (1e4, 1e8) if u < 0.80 else (1e8, 1e10) if u < 0.95 else (1e10, 2e11)
-        size = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+        yield t, math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def jobs(n: int, seed: int, arrival_per_s: float) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, (t, size) in enumerate(arrivals_and_sizes(n, rng, arrival_per_s)):
         m = int(min(60, max(1, math.ceil(size / 1e9))))
         r = int(min(30, max(1, math.ceil(m / 2))))
         out.append({"id": k, "arrival_s": t, "shuffle_bytes": size, "mappers": m, "reducers": r})
