@@ -186,16 +186,22 @@ def _heap_pop(keys, vals, size):
 
 @njit(cache=True)
 def maxmin_csr(ptr, links, d, cap):
-    """Plain max-min with caps (every weight 1, no floors): what
-    ``waterfill_csr`` gives for w = 1, b = 0, by sequential progressive
-    filling: the least of the links' fair levels (residual / flows still
-    rising) from a heap, against the least cap still rising. A link's
-    level never falls as flows freeze (they freeze at or below it), so
-    each link keeps one heap entry, re-keyed when it reaches the top
-    stale: O(nnz + L log L) in practice, where the parallel rounds of
-    ``waterfill_csr`` cost O(rounds x nnz) -- tens of rounds on a
-    fat-tree's many NIC levels. The flow-level simulator allocates every
-    event with it (experiments.flowsim.sharing)."""
+    """Plain max-min with caps: :func:`wmaxmin_csr` with every weight 1."""
+    return wmaxmin_csr(ptr, links, np.ones(ptr.shape[0] - 1), d, cap)
+
+
+@njit(cache=True)
+def wmaxmin_csr(ptr, links, w, d, cap):
+    """Weighted max-min with caps, no floors: what ``waterfill_csr`` gives
+    for b = 0 -- rate_i = min(d_i, w_i x) with x rising per bottleneck --
+    by sequential progressive filling: the least of the links' levels
+    (residual / weight of the flows still rising) from a heap, against the
+    least cap level d/w still rising. A link's level never falls as flows
+    freeze (they freeze at or below it), so each link keeps one heap entry,
+    re-keyed when it reaches the top stale: O(nnz + L log L) in practice,
+    where the parallel rounds of ``waterfill_csr`` cost O(rounds x nnz) --
+    tens of rounds on a fat-tree's many NIC levels. The flow-level
+    simulator allocates every event with it (experiments.flowsim.sharing)."""
     n = ptr.shape[0] - 1
     n_links = cap.shape[0]
     nnz = ptr[n]
@@ -213,7 +219,8 @@ def maxmin_csr(ptr, links, d, cap):
             lflows[fill[links[e]]] = i
             fill[links[e]] += 1
     residual = cap.astype(np.float64).copy()
-    users = np.zeros(n_links, dtype=np.int64)
+    users = np.zeros(n_links, dtype=np.int64)       # flows still rising (the weight sum drifts: never 0 exactly)
+    wsum = np.zeros(n_links)
     left = 0
     n_capped = 0
     for i in range(n):
@@ -225,19 +232,20 @@ def maxmin_csr(ptr, links, d, cap):
                 n_capped += 1
             for e in range(ptr[i], ptr[i + 1]):
                 users[links[e]] += 1
-    capped = np.empty(n_capped, dtype=np.int64)      # the finite caps, in order
+                wsum[links[e]] += w[i]
+    capped = np.empty(n_capped, dtype=np.int64)      # the finite caps, by their level d/w
     q = 0
     for i in range(n):
         if not frozen[i] and d[i] < np.inf:
             capped[q] = i
             q += 1
-    capped = capped[np.argsort(d[capped])]
+    capped = capped[np.argsort(d[capped] / w[capped])]
     keys = np.empty(n_links)
     vals = np.empty(n_links, dtype=np.int64)
     size = 0
     for l_ in range(n_links):
         if users[l_] > 0:
-            size = _heap_push(keys, vals, size, max(residual[l_], 0.0) / users[l_], l_)
+            size = _heap_push(keys, vals, size, max(residual[l_], 0.0) / wsum[l_], l_)
     nc = 0
     while left > 0:
         while nc < n_capped and frozen[capped[nc]]:
@@ -249,7 +257,7 @@ def maxmin_csr(ptr, links, d, cap):
             if users[l_] == 0:
                 size = _heap_pop(keys, vals, size)
                 continue
-            now = max(residual[l_], 0.0) / users[l_]
+            now = max(residual[l_], 0.0) / max(wsum[l_], 1e-300)
             if now > keys[0]:          # risen since it was keyed: re-key it
                 size = _heap_pop(keys, vals, size)
                 size = _heap_push(keys, vals, size, now, l_)
@@ -257,9 +265,9 @@ def maxmin_csr(ptr, links, d, cap):
             lvl = now
             link = l_
             break
-        if nc < n_capped and d[capped[nc]] <= lvl:
+        if nc < n_capped and d[capped[nc]] / w[capped[nc]] <= lvl:
             i = capped[nc]            # its cap comes first: it stops there
-            _freeze(i, d[i], ptr, links, residual, users, rate, frozen)
+            _freeze(i, d[i], w[i], ptr, links, residual, users, wsum, rate, frozen)
             left -= 1
             continue
         if link < 0:
@@ -268,19 +276,21 @@ def maxmin_csr(ptr, links, d, cap):
         for k in range(count[link], count[link + 1]):
             f = lflows[k]
             if not frozen[f]:
-                _freeze(f, lvl, ptr, links, residual, users, rate, frozen)
+                _freeze(f, w[f] * lvl, w[f], ptr, links, residual, users, wsum, rate, frozen)
                 left -= 1
     return rate
 
 
 @njit(cache=True)
-def _freeze(f, x, ptr, links, residual, users, rate, frozen):
-    """Flow ``f`` stops rising at ``x``: its links lose it and carry x."""
+def _freeze(f, x, wf, ptr, links, residual, users, wsum, rate, frozen):
+    """Flow ``f`` (weight ``wf``) stops rising at ``x``: its links lose it
+    and carry x."""
     frozen[f] = True
     rate[f] = x
     for e in range(ptr[f], ptr[f + 1]):
         residual[links[e]] -= x
         users[links[e]] -= 1
+        wsum[links[e]] -= wf
 
 
 def waterfill(paths, weights, floors, caps, capacity) -> np.ndarray:

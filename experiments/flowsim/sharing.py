@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from apps.lrc._kernels import maxmin_csr, waterfill_csr
+from apps.lrc._kernels import maxmin_csr, waterfill_csr, wmaxmin_csr
 
 SHARINGS = ("fair", "wc-only", "reservation", "bgwc", "lrc")
 BG, WC = 0, 1
@@ -91,6 +91,8 @@ def allocate(links2d: np.ndarray, hops: np.ndarray, klass: np.ndarray, cap: np.n
         ptr, lk = csr(links2d[rows], hops[rows])
         if weight is None and floor is None:
             rate[rows] = maxmin_csr(ptr, lk, cap[rows], residual)
+        elif floor is None:
+            rate[rows] = wmaxmin_csr(ptr, lk, weight[rows], cap[rows], residual)
         else:
             w = np.ones(rows.size) if weight is None else weight[rows]
             b = np.zeros(rows.size) if floor is None else floor[rows]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.lrc._kernels import maxmin_csr, waterfill_csr
+from apps.lrc._kernels import maxmin_csr, waterfill_csr, wmaxmin_csr
 from apps.routing.logic import DestinationRouting
 from bwcommon import lrc
 from controller import ofmsg
@@ -77,6 +77,18 @@ def test_maxmin_kernel_is_the_weighted_kernel_with_unit_weights(inst):
         full = [lk for lk in p if load[lk] >= capacity[lk] - 1e-7]
         assert full, f"flow {i} below its cap with no full link"
         assert any(all(got[j] <= r + 1e-7 for j, q in enumerate(paths) if lk in q) for lk in full)
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances(), st.lists(st.floats(0.05, 20), min_size=40, max_size=40))
+def test_weighted_heap_kernel_is_the_weighted_kernel_without_floors(inst, weights):
+    paths, caps, capacity = inst
+    ptr, links = _csr(paths)
+    n = len(paths)
+    w = np.array(weights[:n])
+    want = waterfill_csr(ptr, links, w, np.zeros(n), caps, capacity)
+    got = wmaxmin_csr(ptr, links, w, caps, capacity)
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-9)
 
 
 def test_maxmin_kernel_hand_case():
