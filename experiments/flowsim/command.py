@@ -119,6 +119,8 @@ def run(cfg: FabricConfig, out: Path, quiet: bool = False) -> dict:
     with Progress(disable=quiet, transient=True) as bar:
         for load in cfg.loads:
             flows = open_loop(net, cdf, load, cfg.seconds, cfg.seed)
+            inside = (flows.start_s >= cfg.warmup) & (flows.start_s < cfg.seconds)
+            fcts = {}
             for routing in cfg.routings:
                 te = dict(cpu=cpu, rtt_s=cfg.rtt_ms / 1000) if routing in ("lessor", "hedera") else {}
                 router = make_router(net, routing, **te)
@@ -144,8 +146,19 @@ def run(cfg: FabricConfig, out: Path, quiet: bool = False) -> dict:
                                        "long_flows_max": max(d["long_flows"] for d in res.decisions),
                                        "moved": sum(d["moved"] for d in res.decisions)}
                 doc["runs"][f"{load:g}/{routing}"] = s
+                fcts[routing] = res.fct_s[inside]
                 if not quiet:
                     _line(load, routing, s)
+            # the mean FCT over the connections every scheme finished (each scheme's own mean leaves out
+            # its own unfinished ones: the slowest)
+            common = np.logical_and.reduce([np.isfinite(f) for f in fcts.values()])
+            for routing, f in fcts.items():
+                doc["runs"][f"{load:g}/{routing}"]["fct_common"] = {
+                    "n": int(common.sum()), "mean_s": float(f[common].mean()) if common.any() else None}
+            if not quiet and len(fcts) > 1:
+                print(f"load {load:<4g} mean FCT over the {int(common.sum())} connections all finished: "
+                      + ", ".join(f"{r} {_fmt_ms(doc['runs'][f'{load:g}/{r}']['fct_common']['mean_s'])} ms"
+                                  for r in fcts), flush=True)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fabric.json").write_text(json.dumps(doc, indent=1))

@@ -477,3 +477,31 @@ def test_a_controller_event_a_hair_after_a_window_boundary_does_not_stall_the_lo
     res = Engine(k4, router, "fair", window).run(fl, 6.0)
     assert res.fct_s == pytest.approx([3.2, window / 2]) and router.decisions
     assert router.decisions[0]["t"] == pytest.approx(2 * window + 2.5)
+
+
+# ---- the command ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pairs, word", [
+    (["colour=red"], "KEY=VALUE"), (["k=5"], "k"), (["k=x"], "not a int"), (["loads=0.5,nan"], "loads"),
+    (["loads=1.5"], "loads"), (["seconds=inf"], "seconds"), (["routings=ospf"], "routings"),
+    (["sharing=bgwc"], "sharing"), (["cpu=2"], "cpu"), (["warmup=20", "seconds=10"], "warmup"),
+    (["window_ms=-1"], "window_ms"), (["workload=mystery"], "workload"),
+])
+def test_fabric_settings_are_refused_by_name(pairs, word):
+    from experiments.flowsim.command import FabricConfig
+    with pytest.raises(SimError, match=word):
+        FabricConfig.parse(pairs)
+
+
+def test_fabric_command_compares_schemes_on_the_same_connections(tmp_path):
+    import json
+
+    from experiments.flowsim.command import FabricConfig, run
+    cfg = FabricConfig.parse(["k=4", "link_mbps=10", "routings=ecmp,lessor", "loads=0.5", "seconds=6", "cpu=0",
+                              "warmup=1"])
+    doc = run(cfg, tmp_path, quiet=True)
+    saved = json.loads((tmp_path / "fabric.json").read_text())
+    assert set(saved["runs"]) == {"0.5/ecmp", "0.5/lessor"} and (tmp_path / "fabric.png").stat().st_size > 0
+    e, le = doc["runs"]["0.5/ecmp"], doc["runs"]["0.5/lessor"]
+    assert e["connections"] == le["connections"] and e["fct_common"]["n"] == le["fct_common"]["n"] > 0
+    assert le["controller"]["decisions"] > 0 and "controller" not in e
