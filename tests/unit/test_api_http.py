@@ -78,6 +78,21 @@ def test_bodies_over_the_limit_are_413_whether_announced_or_not(ctl):
     assert resp.status_code == 413 and json.loads(resp.data)["error"] == f"body over {api_mod.MAX_BODY} bytes"
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_of_exactly_the_limit_is_read(ctl, chunked):
+    # MAX_BODY bytes of valid JSON (padded with spaces): not 413 -- it reaches validation (a VM it refuses)
+    body = json.dumps({"host": "h99", "guarantee_mbps": 1}).encode()
+    body = body + b" " * (api_mod.MAX_BODY - len(body))
+    assert len(body) == api_mod.MAX_BODY
+    if chunked:
+        resp = ctl.client.open("/v1/tenants/web/vms/w1", method="PUT", headers={**AUTH, "Transfer-Encoding": "chunked"},
+                               input_stream=__import__("io").BytesIO(body),
+                               environ_overrides={"wsgi.input_terminated": True}, content_type="application/json")
+    else:
+        resp = _call(ctl, "PUT", "/v1/tenants/web/vms/w1", raw=body)
+    assert resp.status_code == 422, resp.data
+
+
 def test_a_body_that_is_not_json_says_so_and_why(ctl):
     resp = _call(ctl, "PUT", "/v1/tenants/web/vms/w1", raw=b"{nope")
     got = json.loads(resp.data)
@@ -120,6 +135,10 @@ def test_a_bug_answers_500_naming_its_kind_and_is_logged(ctl, monkeypatch, caplo
     assert resp.status_code == 500 and json.loads(resp.data) == {"error": "internal error: RuntimeError"}
     assert [r.getMessage() for r in caplog.records if r.name == "bwfabric.api"] == ["API GET /v1/flows failed"]
     assert ctl.api.requests.get("500") == 1 and _call(ctl, "GET", "/v1/status").status_code == 200
+    before = ctl.api.requests.get("200", 0)
+    for _ in range(3):
+        _call(ctl, "GET", "/v1/status")
+    assert ctl.api.requests["200"] == before + 3 and ctl.api.requests["500"] == 1     # counted per code, each
 
 
 def test_the_runtime_hears_which_api_change_it_was(ctl, caplog):
