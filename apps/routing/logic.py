@@ -15,7 +15,9 @@ per next hop at two layers make the same choice twice and use only 2 of the 4
 core paths of a k=4 fat-tree ("polarisation"). We therefore lay buckets out by
 layer: a group at layer L lists each next hop P_L times in a row, so its choice
 depends on the L-th digit of the hash, independent of the layers below.
-Beyond OVS's 64-bucket dp_hash limit the plain layout is used.
+Beyond OVS's 64-bucket dp_hash limit each next hop is repeated as often as
+fits (64 // n): the digits overlap in part -- at k = 32 a host's flows reach
+64 of the 256 core paths rather than all (16 with one bucket each).
 
 ARP is routed like IP by its target address (``arp_tpa``) along the
 single-path tree: requests reach only their target, no flooding, no controller
@@ -129,7 +131,11 @@ class DestinationRouting:
     def bucket_layout(self, switch: str, ports: list[int]) -> tuple[int, ...]:
         reps = self._radix[self._layer(switch)]
         if len(ports) * reps > MAX_SELECT_BUCKETS:
-            reps = 1
+            # as many repeats as fit OVS's 64 buckets: the choice still reads hash bits above most of those
+            # the layer below read. One bucket per next hop (what this did before) made both layers read
+            # the same bits: at k = 32 a host's inter-pod flows met 16 of the 256 cores, and ECMP carried
+            # 6.2 of 41 Gb/s offered (the flow-level simulator, docs/results.md)
+            reps = max(1, MAX_SELECT_BUCKETS // len(ports))
         return tuple(p for p in ports for _ in range(reps))
 
     # ---- messages ----------------------------------------------------------

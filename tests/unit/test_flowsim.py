@@ -505,3 +505,19 @@ def test_fabric_command_compares_schemes_on_the_same_connections(tmp_path):
     e, le = doc["runs"]["0.5/ecmp"], doc["runs"]["0.5/lessor"]
     assert e["connections"] == le["connections"] and e["fct_common"]["n"] == le["fct_common"]["n"] > 0
     assert le["controller"]["decisions"] > 0 and "controller" not in e
+
+
+def test_ecmp_beyond_64_buckets_still_spreads_over_the_cores():
+    """At k = 32 an aggregation switch has 16 up-ports and a layer radix of
+    16: the layered layout needs 256 buckets, OVS holds 64. One bucket per
+    next hop made the aggregation read the same hash digit as the ToR: a
+    host's inter-pod flows met 16 of the 256 cores. Repeating each next hop
+    as often as fits reaches 64."""
+    net = SimNet(fattree(32, link_mbps=10.0))
+    router = make_router(net, "ecmp")
+    assert max(len(router._layout(sw, net.view.hosts[-1])) for sw in ("e0_0", "a0_0")) == 64
+    rng = np.random.default_rng(1)
+    hosts = net.view.hosts
+    cores = {router.path(None, int(rng.integers(0, 2**63)), hosts[0], hosts[-1 - int(rng.integers(0, 4000))])[3]
+             for _ in range(3000)}
+    assert len(cores) == 64
