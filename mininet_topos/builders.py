@@ -83,6 +83,19 @@ class _Builder:
         self._next_port[b] += 1
         self.links.append(Link(a, pa, b, pb, float(mbps), self.queue_bytes))
 
+    def pod(self, pod: int, n_aggs: int, n_edges: int, hosts_per_edge: int, host_mbps: float,
+            edge_agg_mbps: float) -> None:
+        """A pod: aggregation switches a<pod>_j, edge switches e<pod>_j, each
+        edge's hosts, every edge linked to every aggregation switch."""
+        aggs = [self.switch(f"a{pod}_{j}", "aggregation", pod) for j in range(n_aggs)]
+        edges = [self.switch(f"e{pod}_{j}", "edge", pod) for j in range(n_edges)]
+        for e in edges:
+            for _ in range(hosts_per_edge):
+                self.link(self.host(), e, host_mbps)
+        for e in edges:
+            for a in aggs:
+                self.link(e, a, edge_agg_mbps)
+
     def done(self, mtu: int, **params) -> TopologyDescription:
         topo = TopologyDescription(self.name, self.switches, self.hosts, self.links,
                                    mtu=mtu, params=params)
@@ -105,14 +118,7 @@ def fattree(k: int = 4, link_mbps: float = 10.0, mtu: int = JUMBO_MTU,
     b = _Builder(f"fattree-k{k}", queue_bytes)
     cores = [b.switch(f"c{i + 1}", "core") for i in range(half * half)]
     for pod in range(k):
-        aggs = [b.switch(f"a{pod}_{j}", "aggregation", pod) for j in range(half)]
-        edges = [b.switch(f"e{pod}_{j}", "edge", pod) for j in range(half)]
-        for e in edges:
-            for _ in range(half):
-                b.link(b.host(), e, link_mbps)
-        for e in edges:
-            for a in aggs:
-                b.link(e, a, fabric)
+        b.pod(pod, half, half, half, link_mbps, fabric)
     # cores last so that every aggregation switch's ports are 1..k/2 down, then up
     for pod in range(k):
         for j in range(half):
@@ -218,14 +224,7 @@ def bgwc_large(pods: int = 4, cores: int = 2, aggs_per_pod: int = 2, tors_per_po
     b = _Builder(f"bgwc-large-{pods * tors_per_pod * hosts_per_tor}", queue_bytes)
     core = [b.switch(f"c{i + 1}", "core") for i in range(cores)]
     for pod in range(pods):
-        aggs = [b.switch(f"a{pod}_{j}", "aggregation", pod) for j in range(aggs_per_pod)]
-        tors = [b.switch(f"e{pod}_{j}", "edge", pod) for j in range(tors_per_pod)]
-        for e in tors:
-            for _ in range(hosts_per_tor):
-                b.link(b.host(), e, host_mbps)
-        for e in tors:
-            for a in aggs:
-                b.link(e, a, tor_agg_mbps)
+        b.pod(pod, aggs_per_pod, tors_per_pod, hosts_per_tor, host_mbps, tor_agg_mbps)
     for pod in range(pods):
         for j in range(aggs_per_pod):
             for c in core:
