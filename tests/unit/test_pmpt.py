@@ -343,3 +343,25 @@ def test_an_even_split_short_of_the_certificate_runs_phases():
     assert a.phases >= 1 and a.stopped_by == "certified gap" and a.lam >= 0.95 * a.upper_bound
     lp = max_concurrent_flow_lp(flows, pd).lam
     assert 0.95 * lp <= a.lam <= lp * (1 + 1e-9)
+
+
+def test_the_fractional_paths_are_the_flow_the_phases_found():
+    """A fabric with one slow core link makes PMPT run its phases (the even
+    split is no longer optimal): the fractional paths it reports carry only
+    positive rates, are feasible on every link, and route lambda x each ToR
+    pair's demand -- in bits/s, the phases' flow scaled by its congestion."""
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    for u, v in (("a0_0", "c1"), ("c1", "a0_0")):
+        view.graph.edges[u, v]["capacity"] /= 5
+    pd = PathDictionary(view)
+    flows = long_flows(view, "permutation", seed=3)
+    a = pmpt(flows, pd)
+    assert a.phases > 0
+    routes = [(p, bw) for paths in a.group_paths.values() for p, bw in paths]
+    assert routes and all(bw > 0 for _, bw in routes)
+    for (u, v), load in _link_loads(view, routes).items():
+        assert load <= view.capacity(u, v) * (1 + 1e-6)
+    fabric = [f for f in flows if f.src_tor != f.dst_tor]
+    for key, paths in a.group_paths.items():
+        demand = sum(f.demand for f in fabric if (f.src_tor, f.dst_tor) == key)
+        assert sum(bw for _, bw in paths) == pytest.approx(a.lam * demand, rel=0.05)
