@@ -87,8 +87,6 @@ class FabricConfig:
                 if isinstance(default, tuple):
                     items = [v for v in value.split(",") if v]
                     kw[key] = tuple(float(v) for v in items) if key == "loads" else tuple(items)
-                elif isinstance(default, bool):
-                    kw[key] = value.lower() in ("1", "true", "yes")
                 elif isinstance(default, int):
                     kw[key] = int(value)
                 elif isinstance(default, float):

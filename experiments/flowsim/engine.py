@@ -69,6 +69,19 @@ class Flows:
                    np.array([f.size for f in specs], dtype=float))
 
 
+def _check_batch(src, dst, start, size, t: float, n_ep: int) -> None:
+    """A source's connections, refused by name before any is added."""
+    src, dst, start, size = map(np.asarray, (src, dst, start, size))
+    if np.any((src < 0) | (src >= n_ep) | (dst < 0) | (dst >= n_ep)):
+        raise SimError(f"flows: an endpoint index outside the fabric's {n_ep} endpoints")
+    if np.any(src == dst):
+        raise SimError("flows: a connection needs two different endpoints")
+    if not np.all(np.isfinite(start)) or np.any(start < t - 1e-9):
+        raise SimError(f"flows: a start time that is not finite or before now ({t!r} s)")
+    if not np.all(np.isfinite(size)) or not np.all(size > 0):
+        raise SimError("flows: sizes must be finite and > 0 bytes")
+
+
 class StaticSource:
     """Connections known in advance (a ``Flows``), handed over by start."""
 
@@ -207,9 +220,6 @@ class Engine:
             raise SimError(f"end_s {end_s!r}: must be a finite number of seconds > 0")
         n_ep = len(self.net.endpoints)
         source = StaticSource(flows) if isinstance(flows, Flows) else flows
-        if isinstance(flows, Flows) and flows.src.size and (
-                flows.src.max() >= n_ep or flows.dst.max() >= n_ep or flows.src.min() < 0 or flows.dst.min() < 0):
-            raise SimError("flows: an endpoint index outside the fabric's endpoints")
         wall0 = time.perf_counter()
         net, router, W = self.net, self.router, self.window_s
         store = self.store = _Store()
@@ -248,7 +258,7 @@ class Engine:
                                                    int(sent / 8)))
             return by_tor
 
-        def route(j, c, key):
+        def route(c, key):
             h = flow_hash(int(net.ip_int[store.src[c]]), int(net.ip_int[store.dst[c]]), TCP, key[3], DPORT)
             return self._route(key, h, int(store.src[c]), int(store.dst[c]))
 
@@ -256,11 +266,7 @@ class Engine:
             # arrivals inside this window: their subflows, routed now
             src, dst, st, sz = source.take(t + W, inclusive=W == 0)
             if len(src):
-                if np.any(np.asarray(st) < t - 1e-9) or np.any(np.asarray(src) == np.asarray(dst)) or \
-                        not np.all(np.asarray(sz) > 0) or np.any((np.asarray(src) < 0) | (np.asarray(src) >= n_ep)
-                                                                 | (np.asarray(dst) < 0) | (np.asarray(dst) >= n_ep)):
-                    raise SimError("source: a connection starting in the past, to itself, empty, or outside "
-                                   "the fabric's endpoints")
+                _check_batch(src, dst, st, sz, t, n_ep)
                 new = store.add(src, dst, st, sz)
                 events += new.size
                 a_gid = np.concatenate([a_gid, new])
@@ -272,7 +278,7 @@ class Engine:
                 ok = np.ones(conn.size, dtype=bool)
                 caps = np.full(conn.size, np.inf)
                 for j, key in enumerate(keys_of(conn, cls)):
-                    rows[j], hops[j], ok[j] = route(j, int(conn[j]), key)
+                    rows[j], hops[j], ok[j] = route(int(conn[j]), key)
                     caps[j] = router.cap(key)
                 s_conn = np.concatenate([s_conn, conn])
                 s_cls = np.concatenate([s_cls, cls])
@@ -288,7 +294,7 @@ class Engine:
                 events += 1
                 if router.on_event(t, counters):
                     for j, key in enumerate(keys_of(s_conn, s_cls)):
-                        s_links[j], s_hops[j], s_ok[j] = route(j, int(s_conn[j]), key)
+                        s_links[j], s_hops[j], s_ok[j] = route(int(s_conn[j]), key)
                         s_cap[j] = router.cap(key)
                 if router.next_event() <= t:
                     due_now += 1

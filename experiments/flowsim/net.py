@@ -54,7 +54,8 @@ class SimNet:
             for slot in range(vms_per_host):
                 self.endpoints.append(Endpoint(f"{h}v{slot}", h, str(block[slot + 1])))
         self.ep_index = {e.name: i for i, e in enumerate(self.endpoints)}
-        self.ep_host = np.array([view.hosts.index(e.host) for e in self.endpoints], dtype=np.int64)
+        host_index = {h: i for i, h in enumerate(view.hosts)}
+        self.ep_host = np.array([host_index[e.host] for e in self.endpoints], dtype=np.int64)
         self.ip_int = np.array([int(ipaddress.IPv4Address(e.ip)) for e in self.endpoints], dtype=np.int64)
         self._by_ip = {e.ip: e for e in self.endpoints}
 

@@ -116,11 +116,6 @@ class EcmpRouter:
     def next_event(self) -> float:
         return math.inf
 
-    def links_changed(self) -> None:
-        self._layouts.clear()
-        self._groups.clear()
-        self._single.clear()
-
 
 class TeRouter(EcmpRouter):
     """LESSOR or Hedera in the loop (see the module's text)."""

@@ -47,6 +47,7 @@ import numpy as np
 from experiments.flowsim.engine import Engine
 from experiments.flowsim.net import SimError, SimNet
 from experiments.flowsim.routing import make_router
+from experiments.flowsim.workload import stats as _stats
 
 SCHEMES = {"FullCompetition": "fair", "BGOnly": "reservation", "WCOnly": "wc-only", "BG+WC": "bgwc"}
 SLOTS = 2                       # mapper slots and reducer slots per host
@@ -90,8 +91,6 @@ class ShuffleJobs:
         self.waiting: list[dict] = []
         self.pending: list[tuple] = []          # (src, dst, start, size, job id), placed, not handed over
         self.job_of: list[int] = []             # per handed connection (global id order)
-        self.handed_src: list[int] = []
-        self.handed_dst: list[int] = []
         self.left: dict[int, int] = {}
         self.slots: dict[int, tuple[list, list]] = {}
         self.placed_at: dict[int, float] = {}
@@ -130,11 +129,11 @@ class ShuffleJobs:
             self.next_job += 1
             self.waiting.append(job)
             self._drain_waiting(job["arrival_s"])
-        now = [p for p in self.pending if p[2] < until or (inclusive and p[2] <= until)]
-        self.pending = [p for p in self.pending if not (p[2] < until or (inclusive and p[2] <= until))]
+        now, later = [], []
+        for p in self.pending:
+            (now if p[2] < until or (inclusive and p[2] <= until) else later).append(p)
+        self.pending = later
         self.job_of.extend(p[4] for p in now)
-        self.handed_src.extend(p[0] for p in now)
-        self.handed_dst.extend(p[1] for p in now)
         cols = list(zip(*now)) if now else [(), (), (), ()]
         return (np.array(cols[0], dtype=np.int64), np.array(cols[1], dtype=np.int64),
                 np.array(cols[2], dtype=float), np.array(cols[3], dtype=float))
@@ -217,13 +216,6 @@ def fig19(out: Path, n_jobs: int = 1000, seed: int = 1, arrival_per_s: float = 2
 
 def _ms(x) -> str:
     return "-" if x is None else f"{x * 1000:.0f}"
-
-
-def _stats(x: np.ndarray) -> dict:
-    if x.size == 0:
-        return {"n": 0, "mean_s": None, "p50_s": None, "p99_s": None}
-    return {"n": int(x.size), "mean_s": float(x.mean()), "p50_s": float(np.median(x)),
-            "p99_s": float(np.percentile(x, 99))}
 
 
 def _plot(doc: dict, size: dict, path: Path) -> None:

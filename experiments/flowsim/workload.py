@@ -59,16 +59,16 @@ def summarize(flows: Flows, res: Result, window: tuple[float, float]) -> dict:
     sizes = flows.size_bytes[inside]
     done = np.isfinite(f)
     out = {"aggregate_mbps": res.aggregate_bps(window) / 1e6, "connections": int(inside.sum()),
-           "unfinished": int((~done).sum()), "fct": _stats(f[done]), "by_size": {}}
+           "unfinished": int((~done).sum()), "fct": stats(f[done]), "by_size": {}}
     for lo, hi, name in SIZE_BUCKETS:
         sel = done & (sizes >= lo) & (sizes < hi)
-        out["by_size"][name] = _stats(f[sel])
+        out["by_size"][name] = stats(f[sel])
     out["allocations"] = res.allocations
     out["wall_s"] = res.wall_s
     return out
 
 
-def _stats(x: np.ndarray) -> dict:
+def stats(x: np.ndarray) -> dict:
     if x.size == 0:
         return {"n": 0, "mean_s": None, "p50_s": None, "p99_s": None}
     return {"n": int(x.size), "mean_s": float(x.mean()), "p50_s": float(np.median(x)),

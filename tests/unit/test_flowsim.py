@@ -415,15 +415,16 @@ def test_jobs_wait_for_slots_and_a_shuffle_ends_with_its_last_connection():
     jobs = [{"id": 0, "arrival_s": 0.0, "shuffle_bytes": 30 * 30 * 1e4, "mappers": 30, "reducers": 30},
             {"id": 1, "arrival_s": 0.1, "shuffle_bytes": 16 * 1e5, "mappers": 4, "reducers": 4}]
     src = ShuffleJobs(net, jobs, seed=1)
-    res = Engine(net, make_router(net, "ecmp"), "fair", 0.0).run(src, 60.0)
+    eng = Engine(net, make_router(net, "ecmp"), "fair", 0.0)
+    res = eng.run(src, 60.0)
     assert set(src.shuffle_s) == {0, 1}
     assert src.placed_at[1] == pytest.approx(src.placed_at[0] + src.shuffle_s[0])     # when job 0's slots came back
     assert res.fct_s.size == 30 * 30 + 16
     first = [g for g, j in enumerate(src.job_of) if j == 0]
     assert src.shuffle_s[0] == pytest.approx(np.max(res.fct_s[first]))
     # every connection runs mapper VM -> reducer VM: even slots send, odd slots receive
-    assert len(src.handed_src) == res.fct_s.size
-    assert all(s % 4 < 2 and d % 4 >= 2 for s, d in zip(src.handed_src, src.handed_dst))
+    assert len(src.job_of) == eng.store.n == res.fct_s.size
+    assert all(s % 4 < 2 and d % 4 >= 2 for s, d in zip(eng.store.src[:eng.store.n], eng.store.dst[:eng.store.n]))
 
 
 def test_bgwc_beats_full_competition_and_reservation_on_a_small_cluster():
@@ -521,3 +522,34 @@ def test_ecmp_beyond_64_buckets_still_spreads_over_the_cores():
     cores = {router.path(None, int(rng.integers(0, 2**63)), hosts[0], hosts[-1 - int(rng.integers(0, 4000))])[3]
              for _ in range(3000)}
     assert len(cores) == 64
+
+
+@pytest.mark.parametrize("batch, word", [
+    (([0], [99], [0.0], [1.0]), "outside"), (([0], [0], [0.0], [1.0]), "two different"),
+    (([0], [1], [math.nan], [1.0]), "start time"), (([0], [1], [-1.0], [1.0]), "start time"),
+    (([0], [1], [0.0], [math.inf]), "sizes"), (([0], [1], [0.0], [0.0]), "sizes"),
+])
+def test_a_sources_bad_connections_are_refused_by_name(k4, batch, word):
+    class Once:
+        def __init__(self):
+            self.given = False
+
+        def next_start(self):
+            return math.inf
+
+        def take(self, until, inclusive):
+            if self.given:
+                return [], [], [], []
+            self.given = True
+            return batch
+
+        def completed(self, gids, times, now):
+            pass
+
+        def exhausted(self):
+            return self.given
+
+    eng = Engine(k4, make_router(k4, "ecmp"), "fair", 0.0)
+    with pytest.raises(SimError, match=word):
+        eng.run(Once(), 5.0)
+    assert eng.store.n == 0          # nothing of the batch was added
