@@ -553,3 +553,12 @@ def test_a_sources_bad_connections_are_refused_by_name(k4, batch, word):
     with pytest.raises(SimError, match=word):
         eng.run(Once(), 5.0)
     assert eng.store.n == 0          # nothing of the batch was added
+
+
+@pytest.mark.parametrize("sets", [["colour=red"], ["jobs=x"], ["jobs=0"], ["arrival_per_s=nan"],
+                                  ["window_ms=inf"], ["max_tasks=0"]])
+def test_bgwc_fig19_settings_are_refused_and_nothing_is_written(tmp_path, sets, capsys):
+    from experiments.flowsim import shuffle
+    assert shuffle.main(tmp_path / "out", sets, as_json=True) == 2
+    assert "bwfabric simulate bgwc-fig19" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "bgwc_fig19.json").exists()
