@@ -64,15 +64,42 @@ setup_guest() {
     fi
 }
 
+# ns-3 (PyPI ns3, in a venv of its own: it is no role's dependency; docs/platform.md) for the flow-level
+# simulator's packet-level check, simulate fabric-validate-ns3, only. cppyy builds CPyCppyy from source.
+NS3_VERSION=3.44.post0
+setup_ns3() {
+    local missing=()
+    for pkg in g++ python3-dev cmake make; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "bwfabric.sh: installing ${missing[*]} (ns-3's Python bindings build with them)" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    if ! .venv-ns3/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('ns3') != '$NS3_VERSION')" \
+            2>/dev/null; then
+        echo "bwfabric.sh: setting up ns-3 $NS3_VERSION in .venv-ns3 (about 2 min)" >&2
+        /usr/bin/python3 -m venv .venv-ns3
+        .venv-ns3/bin/pip install -q --disable-pip-version-check "ns3==$NS3_VERSION"
+    fi
+}
+
 cmd="${1:-experiment}"
 [ $# -gt 0 ] && shift
 setup "$(role_of "$cmd")"
 case "$cmd" in
     test)
-        # The official test command never skips the root integration tests (the real-guest one included).
+        # The official test command never skips the root integration tests (the real-guest one and ns-3's
+        # included).
         setup_guest
+        setup_ns3
         export BWFABRIC_REQUIRE_INTEGRATION=1
         exec .venv/bin/python -m pytest "$@"
+        ;;
+    simulate)
+        [ "${1:-}" = fabric-validate-ns3 ] && setup_ns3
+        exec .venv/bin/bwfabric "$cmd" "$@"
         ;;
     experiment)
         [ "${1:-}" = coupled-vm-guest ] && setup_guest

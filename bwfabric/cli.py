@@ -230,6 +230,9 @@ def cmd_simulate(args) -> int:
     if args.name == "bgwc-fig19":
         from experiments.flowsim import shuffle
         return shuffle.main(Path(args.out), args.set, args.json)
+    if args.name == "fabric-validate-ns3":
+        from experiments.flowsim import ns3check
+        return ns3check.main(args.set, Path(args.out), args.json)
     if args.name == "fabric-validate":
         from experiments.flowsim import validate
         return validate.main(([args.scenario] if args.scenario else []) + args.more, Path(args.out), args.json)
@@ -301,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_experiment)
 
     m = sub.add_parser("simulate", help="simulate: a fabric at flow level with the product's routing in the loop "
-                       "(fabric --set KEY=VALUE ...), seed 000's Figs. 19-20 at 400 hosts (bgwc-fig19), LRC from a scenario file (lrc SCENARIO) or a paper figure "
+                       "(fabric --set KEY=VALUE ...), checked against emulated runs (fabric-validate RESULTS...) and against ns-3 "
+                       "(fabric-validate-ns3 --set ...), seed 000's Figs. 19-20 at 400 hosts (bgwc-fig19), LRC from a scenario file (lrc SCENARIO) or a paper figure "
                        "(lrc-fig8, lrc-fig9, lrc-fig10, lrc-fig11, lrc-delay-table, lrc-validate)")
     m.add_argument("name")
     m.add_argument("scenario", nargs="?", help="lrc: the scenario (YAML or JSON); fabric-validate: emulated results")
@@ -312,7 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--tau-ms", type=float, default=None, help="figures: τ_v = τ_r = this (the paper's '15 ms')")
     m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="fabric: k, link_mbps, routings (single_path,ecmp,hedera,lessor), loads, seconds, drain, "
-                   "warmup, seed, workload, window_ms, vms_per_host, cpu (measured or a share), rtt_ms")
+                   "warmup, seed, workload, window_ms, vms_per_host, cpu (measured or a share), rtt_ms; "
+                   "fabric-validate-ns3: k, link_mbps, loads, seconds, warmup, drain, seed, workload, link_delay_us, "
+                   "queue_packets, ecn_k, mss, tcp, min_rto_ms, delack_ms, init_cwnd, buf_bytes, ns3_python; bgwc-fig19: "
+                   "seed, jobs, arrival_per_s, window_ms, max_tasks")
     m.set_defaults(func=cmd_simulate)
 
     a = sub.add_parser("agent", help="run the host agent (in the host's network namespace)")

@@ -76,28 +76,34 @@ class FabricConfig:
 
     @classmethod
     def parse(cls, pairs: list[str]) -> "FabricConfig":
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        kw = {}
-        for pair in pairs:
-            key, sep, value = pair.partition("=")
-            if not sep or key not in fields:
-                raise SimError(f"--set {pair!r}: KEY=VALUE with KEY one of {', '.join(fields)}")
-            default = getattr(cls, key, None)
-            try:
-                if isinstance(default, tuple):
-                    items = [v for v in value.split(",") if v]
-                    kw[key] = tuple(float(v) for v in items) if key == "loads" else tuple(items)
-                elif isinstance(default, int):
-                    kw[key] = int(value)
-                elif isinstance(default, float):
-                    kw[key] = float(value)
-                else:
-                    kw[key] = value
-            except ValueError:
-                raise SimError(f"--set {pair!r}: {value!r} is not a {type(default).__name__}") from None
-        cfg = cls(**kw)
-        cfg.check()
-        return cfg
+        return parse_sets(cls, pairs)
+
+
+def parse_sets(cls, pairs: list[str]):
+    """A settings dataclass from ``--set KEY=VALUE`` pairs (a tuple field:
+    comma-separated; ``loads``: numbers), checked by its ``check``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kw = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in fields:
+            raise SimError(f"--set {pair!r}: KEY=VALUE with KEY one of {', '.join(fields)}")
+        default = getattr(cls, key, None)
+        try:
+            if isinstance(default, tuple):
+                items = [v for v in value.split(",") if v]
+                kw[key] = tuple(float(v) for v in items) if key == "loads" else tuple(items)
+            elif isinstance(default, int):
+                kw[key] = int(value)
+            elif isinstance(default, float):
+                kw[key] = float(value)
+            else:
+                kw[key] = value
+        except ValueError:
+            raise SimError(f"--set {pair!r}: {value!r} is not a {type(default).__name__}") from None
+    cfg = cls(**kw)
+    cfg.check()
+    return cfg
 
 
 def run(cfg: FabricConfig, out: Path, quiet: bool = False) -> dict:

@@ -13,8 +13,8 @@ and free their capacity at the window's end. With ``window_s`` = 0 every
 event is exact (one allocation per event).
 
 Outputs: per connection its completion time (``fct_s``, NaN if it did not
-end before ``end_s``), and the bits each endpoint received in every 1 s
-slot (the emulator's receiver counters' resolution).
+end before ``end_s``), and the bits each endpoint received in every slot
+(``slot_s``: 1 s by default, the emulator's receiver counters' resolution).
 """
 
 from __future__ import annotations
@@ -142,18 +142,22 @@ class Result:
     end_s: float
     decisions: list = field(default_factory=list)
     events: int = 0                    # arrivals + completions + controller events handled
+    slot_s: float = 1.0                # rx_bits' resolution
 
     def aggregate_bps(self, window: tuple[float, float]) -> float:
-        a, b = int(math.floor(window[0])), int(math.ceil(window[1]))
+        """Bits received per second over the slots covering ``window``
+        (whole slots: a window between slot edges is widened to them)."""
+        a, b = int(math.floor(window[0] / self.slot_s + 1e-9)), int(math.ceil(window[1] / self.slot_s - 1e-9))
         if not 0 <= a < b <= self.rx_bits.shape[0]:
-            raise SimError(f"window {window}: whole seconds within the run's {self.rx_bits.shape[0]} slots")
-        return float(self.rx_bits[a:b].sum()) / (b - a)
+            raise SimError(f"window {window}: whole {self.slot_s:g} s slots within the run's "
+                           f"{self.rx_bits.shape[0]} slots")
+        return float(self.rx_bits[a:b].sum()) / ((b - a) * self.slot_s)
 
 
 class Engine:
     def __init__(self, net: SimNet, router: EcmpRouter, sharing: str = "fair", window_s: float = 0.0,
                  guarantee_bps: np.ndarray | None = None, vm_weight: np.ndarray | None = None,
-                 port_seed: int = 0, wc_per_vm: bool = False):
+                 port_seed: int = 0, wc_per_vm: bool = False, slot_s: float = 1.0):
         """``port_seed`` shifts every connection's source ports: another
         draw of ECMP's hash (the emulator's ephemeral ports are random).
         ``wc_per_vm``: the WC class shares by the agents' WC policy -- each
@@ -162,6 +166,9 @@ class Engine:
         -- instead of one weight per subflow (TCP's share)."""
         if sharing not in SHARINGS:
             raise SimError(f"sharing {sharing!r}: known are {', '.join(SHARINGS)}")
+        if not (isinstance(slot_s, (int, float)) and math.isfinite(slot_s) and 1e-3 <= slot_s <= 60):
+            raise SimError(f"slot_s {slot_s!r}: the receive counters' resolution, seconds in [0.001, 60]")
+        self.slot_s = float(slot_s)
         if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and 0 <= window_s <= 1):
             raise SimError(f"window_s {window_s!r}: must be a finite number of seconds in [0, 1]")
         n_ep = len(net.endpoints)
@@ -223,7 +230,7 @@ class Engine:
         wall0 = time.perf_counter()
         net, router, W = self.net, self.router, self.window_s
         store = self.store = _Store()
-        n_slots = int(math.ceil(end_s)) + 1
+        n_slots = int(math.ceil(end_s / self.slot_s)) + 1
         rx = np.zeros((n_slots, n_ep))
         ncls = len(self.classes)
         # active connections
@@ -322,7 +329,7 @@ class Engine:
             t_next = min(max(t_next, t + W), end_s)
             stop = np.minimum(t_c, t_next)
             dt = np.maximum(stop - begin, 0.0)
-            self._bin(rx, begin, stop, c_rate, store.dst[a_gid])
+            self._bin(rx, begin / self.slot_s, stop / self.slot_s, c_rate * self.slot_s, store.dst[a_gid])
             s_sent += rate * dt[pos]
             done = t_c <= t_next
             events += int(done.sum())
@@ -342,7 +349,7 @@ class Engine:
             if t >= end_s:
                 break
         return Result(store.fct[:store.n].copy(), rx, allocations, time.perf_counter() - wall0, end_s,
-                      list(getattr(router, "decisions", [])), events)
+                      list(getattr(router, "decisions", [])), events, self.slot_s)
 
     def _rates(self, src, dst, s_cls, s_links, s_hops, s_cap) -> np.ndarray:
         net = self.net
@@ -363,7 +370,7 @@ class Engine:
     @staticmethod
     def _bin(rx: np.ndarray, begin: np.ndarray, stop: np.ndarray, rate: np.ndarray, dst: np.ndarray) -> None:
         """Adds each connection's bits received in [begin, stop) to its
-        destination's 1 s slots."""
+        destination's slots (times in slots, rates in bits per slot)."""
         if begin.size == 0:
             return
         lo, top = int(math.floor(begin.min())), int(math.floor(min(stop.max(), rx.shape[0] - 1e-9)))
