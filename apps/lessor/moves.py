@@ -40,6 +40,7 @@ links of the unit's old and new paths.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Hashable, Sequence
 
@@ -60,7 +61,7 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
     link capacity (the excess, above), as far as moving units without BG
     lowers it; and how many units it moved. With every unit moved it is
     ``start`` updated by ``target``. Keys of a unit missing from ``start``
-    or ``target`` are a ValueError, as are a ``lam_goal`` that is not a
+    or ``target`` and a key in two units are a ValueError, as are a ``lam_goal`` that is not a
     number >= 0 (infinity: every unit moves), a ``mu`` outside (0, 1] and a
     ``band`` that is not None or a finite number >= 0."""
     if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1:
@@ -70,10 +71,14 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
     if band is not None and (isinstance(band, bool) or not isinstance(band, (int, float))
                              or not math.isfinite(band) or band < 0):
         raise ValueError(f"fewest_moves: band {band!r} must be None or a finite number >= 0")
+    seen: set[Hashable] = set()
     for unit in units:
         for k in unit:
             if k not in start or k not in target:
                 raise ValueError(f"fewest_moves: {k!r} of a unit has no start or no target path")
+            if k in seen:
+                raise ValueError(f"fewest_moves: {k!r} is in two units")
+            seen.add(k)
     cur = dict(start)
     sums: dict[Link, float] = {}
     bgs: dict[Link, float] = {}
@@ -99,12 +104,13 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
     bound: dict[str, float] = {}
 
     def idle_beside_busy(node: str, s: dict[Link, float], d: dict[Link, float] | None = None) -> float:
-        idle = busy = 0.0
+        # exactly rounded sums (math.fsum): the same whatever order the links are added in
+        idle, busy = [], []
         for link in out_links[node]:
             used = s.get(link, 0.0) + (d or {}).get(link, 0.0)
-            idle += max(0.0, capof(link) - used)
-            busy += max(0.0, used - capof(link))
-        return min(idle, busy)
+            idle.append(max(0.0, capof(link) - used))
+            busy.append(max(0.0, used - capof(link)))
+        return min(math.fsum(idle), math.fsum(busy))
 
     if band is not None:
         goal: dict[Link, float] = {}
@@ -119,9 +125,6 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
             mean_cap = sum(capof(link) for link in own) / len(own)
             bound[node] = max((1 + band) * idle_beside_busy(node, goal), band * mean_cap)
 
-    def excess(node: str, s: dict[Link, float], d: dict[Link, float] | None = None) -> float:
-        return max(0.0, idle_beside_busy(node, s, d) - bound[node] * (1 + 1e-9))
-
     def delta(unit: Sequence[Hashable]) -> tuple[dict[Link, float], dict[Link, float]]:
         d: dict[Link, float] = {}
         db: dict[Link, float] = {}
@@ -132,45 +135,132 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
                     db[link] = db.get(link, 0.0) + sign * bg.get(k, 0.0)
         return d, db
 
-    pending = [list(u) for u in units if any(cur[k] != target[k] for k in u)]
+    # Each round's choice, kept incrementally (it was recomputed from scratch every round: O(links log
+    # links) a round, 26-138 s per placement at k = 32 -- bwtesting/moves_reference.py, which the tests hold
+    # this equal to). A unit's trial is the round's totals plus its own local terms, and those depend only
+    # on the links it changes and the links its switches send on: they are cached, and recomputed when a
+    # move changes one of those links. Lambda's "first link in order it does not change" comes from a heap.
+    overs = {link for link, b in bgs.items() if over(link, b)}
+    # each switch's idle and busy terms now, per link: a trial's sums are these with its own links' terms
+    # replaced (added as new - old to math.fsum, exactly the sum idle_beside_busy takes)
+    idle_t = {n: {link: max(0.0, capof(link) - sums.get(link, 0.0)) for link in own} for n, own in out_links.items()}
+    busy_t = {n: {link: max(0.0, sums.get(link, 0.0) - capof(link)) for link in own} for n, own in out_links.items()}
+
+    def excess_with(node: str, d: dict[Link, float] | None = None) -> float:
+        idle, busy = list(idle_t[node].values()), list(busy_t[node].values())
+        for link, v in (d or {}).items():
+            if link[0] == node:
+                used = sums.get(link, 0.0) + v
+                idle += (max(0.0, capof(link) - used), -idle_t[node][link])
+                busy += (max(0.0, used - capof(link)), -busy_t[node][link])
+        return max(0.0, min(math.fsum(idle), math.fsum(busy)) - bound[node] * (1 + 1e-9))
+
+    now_excess = {node: excess_with(node) for node in out_links}
+    heap = [(ratio(link, s), link) for link, s in sums.items()]
+    heapq.heapify(heap)
+
+    def lowest(n: int) -> list[tuple[float, Link]]:
+        """The n lowest capacity / load ratios now (stale heap entries dropped)."""
+        got: list[tuple[float, Link]] = []
+        while heap and len(got) < n:
+            r, link = heapq.heappop(heap)
+            if r == ratio(link, sums[link]) and (not got or got[-1][1] != link):
+                got.append((r, link))
+        for item in got:
+            heapq.heappush(heap, item)
+        return got
+
+    pending: dict[int, list[Hashable]] = {}
+    for u in units:
+        if any(cur[k] != target[k] for k in u):
+            pending[len(pending)] = list(u)
+    by_link: dict[Link, set[int]] = {}
+    by_node: dict[str, set[int]] = {}
+    # unit -> [d, db, its BG count, its lambda, its excess, its switches' excess terms (in the order
+    # the reference sums them)]
+    trial: dict[int, list] = {}
+    has_bg = {j: any(bg.get(k, 0.0) > 0 for k in u) for j, u in pending.items()}
+
+    def local(j: int) -> None:
+        """Unit j's terms afresh (its links' loads or BG changed). Its own change (d, db) stays: the
+        units are disjoint, so its keys' paths move only with it."""
+        d, db = trial[j][0], trial[j][1]
+        nodes = {link[0] for link in d} & out_links.keys()
+        for link in d:
+            by_link.setdefault(link, set()).add(j)
+        for n in nodes:
+            by_node.setdefault(n, set()).add(j)
+        t_over = -len(overs & db.keys()) + sum(over(link, bgs.get(link, 0.0) + v) for link, v in db.items())
+        t_lam = min((ratio(link, sums.get(link, 0.0) + v) for link, v in d.items()), default=math.inf)
+        terms = {n: excess_with(n, d) - now_excess[n] for n in nodes}
+        trial[j] = [d, db, t_over, t_lam, sum(terms.values()), terms]
+
+    def switches_changed(j: int, nodes: set[str]) -> None:
+        """Only some of unit j's switches' other links changed: their excess terms afresh."""
+        t = trial[j]
+        for n in nodes & t[5].keys():
+            t[5][n] = excess_with(n, t[0]) - now_excess[n]
+        t[4] = sum(t[5].values())
+
+    for j, u in pending.items():
+        trial[j] = list(delta(u))
+        local(j)
     moved = 0
+    # how many of the lowest links a trial may change (more than a unit's own is harmless: the first one
+    # not among its links is the same)
+    widest = max((len(t[0]) for t in trial.values()), default=0)
     while pending:
-        overs = {link for link, b in bgs.items() if over(link, b)}
-        lam = min((ratio(link, s) for link, s in sums.items()), default=math.inf)
-        now_excess = {node: excess(node, sums) for node in out_links}
         total_excess = sum(now_excess.values())
+        low = lowest(widest + 1)
+        first_r, first_link = low[0] if low else (math.inf, None)
+        lam = low[0][0] if low else math.inf
         if not overs and lam >= lam_goal and total_excess <= 0:
             break
-        # the links in order of capacity / load: a trial's lambda is the least of the links it
-        # changes and the first link in this order it does not change
-        order = sorted(sums, key=lambda link: ratio(link, sums[link]))
-        # lambda and BG met, only the excess left: a move for it is a WC unit's (BG stays where the BG
-        # placement put it: a BG subflow's move is a reordering the guarantee pays for) that lowers the
-        # excess and undoes neither; none: stop
         only_excess = not overs and lam >= lam_goal
         best = None
-        for i, unit in enumerate(pending):
-            if only_excess and any(bg.get(k, 0.0) > 0 for k in unit):
+        n_overs = len(overs)
+        for j, unit in pending.items():
+            if only_excess and has_bg[j]:
                 continue
-            d, db = delta(unit)
-            rest = next((ratio(link, sums[link]) for link in order if link not in d), math.inf)
-            trial_lam = min([rest, *(ratio(link, sums.get(link, 0.0) + v) for link, v in d.items())])
-            trial_over = len(overs - set(db)) + sum(over(link, bgs.get(link, 0.0) + v) for link, v in db.items())
-            nodes = {link[0] for link in d} & out_links.keys()
-            trial_excess = total_excess + sum(excess(n, sums, d) - now_excess[n] for n in nodes)
+            d, _, t_over, t_lam, t_excess, _ = trial[j]
+            rest = first_r if first_link not in d else next((r for r, link in low if link not in d), math.inf)
+            trial_over = n_overs + t_over
+            trial_lam = min(rest, t_lam)
+            trial_excess = total_excess + t_excess
             if only_excess and (trial_over or trial_lam < lam_goal or trial_excess >= total_excess - 1e-9):
                 continue
-            score = (trial_over, -trial_lam, round(trial_excess, 9), len(unit), i)
+            score = (trial_over, -trial_lam, round(trial_excess, 9), len(unit), j)
             if best is None or score < best[0]:
-                best = (score, i, d, db)
+                best = (score, j)
         if best is None:
             break
-        _, i, d, db = best
+        j = best[1]
+        d, db = trial[j][0], trial[j][1]
         for link, v in d.items():
             sums[link] = sums.get(link, 0.0) + v
+            heapq.heappush(heap, (ratio(link, sums[link]), link))
         for link, v in db.items():
             bgs[link] = bgs.get(link, 0.0) + v
-        for k in pending.pop(i):
+            if over(link, bgs[link]):
+                overs.add(link)
+            else:
+                overs.discard(link)
+        touched = {link[0] for link in d} & out_links.keys()
+        for link in d:
+            if link[0] in touched:
+                idle_t[link[0]][link] = max(0.0, capof(link) - sums[link])
+                busy_t[link[0]][link] = max(0.0, sums[link] - capof(link))
+        for n in touched:
+            now_excess[n] = excess_with(n)
+        unit = pending.pop(j)
+        for k in unit:
             cur[k] = target[k]
         moved += 1
+        crossed = set().union(*(by_link.get(link, ()) for link in d))
+        for i in crossed:
+            if i in pending:
+                local(i)
+        for i in set().union(*(by_node.get(n, ()) for n in touched)) - crossed:
+            if i in pending:
+                switches_changed(i, touched)
     return cur, moved

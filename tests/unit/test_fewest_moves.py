@@ -210,3 +210,89 @@ def test_the_result_lies_between_start_and_target_and_meets_the_goal_or_moved_al
                 trial[link] = trial.get(link, 0.0) + load[i]
             trial_lam = min((CAP / s for s in trial.values() if s > 1e-12), default=math.inf)
             assert trial_lam < goal * (1 - 1e-9) or excess(trial) >= excess(sums) - 1e-6, (i, routed)
+
+
+# ---- the incremental rounds choose exactly what recomputing every round chose -----------------------
+
+# a two-tier fabric: ToRs t0..t3, spines p0..p2, hosts behind each ToR; a path: ToR, spine, ToR (or one
+# ToR); links of unequal capacity so that lambda, BG and the excess each decide some rounds
+TORS, SPINES = ("t0", "t1", "t2"), ("p0", "p1")
+
+
+def _cap(link):
+    return 4.0 + 3.0 * (sum(map(ord, link[0] + link[1])) % 4)
+
+
+@st.composite
+def instances(draw):
+    n = draw(st.integers(1, 30))
+    start, target, load, bg = {}, {}, {}, {}
+    for i in range(n):
+        a, b = draw(st.sampled_from(TORS)), draw(st.sampled_from(TORS))
+
+        def path():
+            if a == b:
+                return (f"x{i}", a, f"y{i}")
+            return (f"x{i}", a, draw(st.sampled_from(SPINES)), b, f"y{i}")
+        start[i], target[i] = path(), path()
+        load[i] = draw(st.one_of(st.just(0.0), st.floats(0, 9)))
+        bg[i] = draw(st.one_of(st.just(0.0), st.floats(0, 3)))
+    keys = list(range(n))
+    units, j = [], 0
+    while j < n:                                   # consecutive keys grouped: bundles of 1-3
+        size = draw(st.integers(1, 3))
+        units.append(keys[j:j + size])
+        j += size
+    all_links = sorted({lk for r in (start, target) for p in r.values() for lk in zip(p[1:-2], p[2:-1])})
+    allowed = set(draw(st.lists(st.sampled_from(all_links), max_size=2))) if all_links else set()
+    goal = draw(st.one_of(st.floats(0, 2), st.just(math.inf)))
+    mu = draw(st.floats(0.3, 1.0))
+    band = draw(st.one_of(st.none(), st.floats(0, 0.5), st.just(0.0)))
+    return start, target, units, load, bg, allowed, goal, mu, band
+
+
+def _switch_links(path):
+    return list(zip(path[1:-2], path[2:-1]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(instances())
+def test_the_incremental_rounds_make_the_reference_implementations_moves(inst):
+    from bwtesting.moves_reference import reference_fewest_moves
+
+    start, target, units, load, bg, allowed, goal, mu, band = inst
+    args = (start, target, units, load, bg, _cap, _switch_links, mu, goal, allowed)
+    assert fewest_moves(*args, band=band) == reference_fewest_moves(*args, band=band)
+
+
+def _rows(rows):
+    """(ToR from, ToR to, spine now, spine wanted, load, BG) per flow -> start, target, units, load, bg."""
+    start, target, load, bg = {}, {}, {}, {}
+    for i, (a, b, now, wanted, ld, g) in enumerate(rows):
+        start[i] = (f"x{i}", a, f"y{i}") if a == b else (f"x{i}", a, now, b, f"y{i}")
+        target[i] = (f"x{i}", a, f"y{i}") if a == b else (f"x{i}", a, wanted, b, f"y{i}")
+        load[i], bg[i] = ld, g
+    return start, target, [[i] for i in start], load, bg
+
+
+# cases a search found against two mutants of the incremental rounds (each differs from the reference on
+# it): a switch's excess term not refreshed when only another of its links changed; lambda's next-lowest
+# link not fetched when a unit changes the lowest one
+@pytest.mark.parametrize("rows, goal, mu, band", [
+    ([("t0", "t1", "p1", "p0", 5.1, 0.0), ("t1", "t2", "p1", "p1", 2.3, 0.2), ("t1", "t0", "p1", "p0", 2.2, 0.0),
+      ("t0", "t1", "p0", "p1", 7.4, 0.0), ("t0", "t1", "p1", "p0", 5.6, 2.7), ("t0", "t1", "p1", "p1", 8.2, 0.0)],
+     0.11, 0.75, 0.0),
+    ([("t1", "t2", "p0", "p1", 8.8, 0.0), ("t2", "t0", "p0", "p1", 6.6, 0.0), ("t1", "t0", "p0", "p1", 4.0, 0.0)],
+     0.96, 0.39, 0.0),
+])
+def test_the_incremental_rounds_on_cases_found_against_their_mutants(rows, goal, mu, band):
+    from bwtesting.moves_reference import reference_fewest_moves
+
+    start, target, units, load, bg = _rows(rows)
+    args = (start, target, units, load, bg, _cap, _switch_links, mu, goal, set())
+    assert fewest_moves(*args, band=band) == reference_fewest_moves(*args, band=band)
+
+
+def test_a_key_in_two_units_is_refused():
+    with pytest.raises(ValueError, match="'a' is in two units"):
+        run({"a": ("s", "x", "d")}, {"a": ("s", "y", "d")}, [["a"], ["a"]], {"a": 1.0})
