@@ -448,3 +448,45 @@ def test_equilibrium_factor_refuses_bad_input_by_name(mu_c, members, name):
 def test_when_the_guarantees_alone_fill_the_link_the_factor_is_the_least_guarantee_over_weight():
     assert M.equilibrium_factor(900, [(2, 600, INF), (4, 300, INF)]) == pytest.approx(75)     # exactly full
     assert M.equilibrium_factor(900, [(2, 1000, INF), (3, 0, INF)]) == pytest.approx(500)
+
+
+def test_equilibrium_takes_the_highest_level_on_a_link_whatever_the_pairs_order():
+    """A link's entry is the largest rate/weight of the free pairs crossing
+    it: Z, bottlenecked on M at 90, crosses L too, where B (sorted before
+    Z) fills the rest at 810 -- L's factor is B's, not the last pair's.
+    Below 1 Mb/s the levels are kept as they are (no floor of 1 from an
+    empty entry)."""
+    lf = LinkFactors(params(), {"L": 1000.0, "M": 100.0})
+    lf.set_pairs({"B": PairPath(1, 0, frozenset({"L"})), "Z": PairPath(1, 0, frozenset({"L", "M"}))})
+    assert lf.equilibrium({"L", "M"}) == {"L": pytest.approx(810), "M": pytest.approx(90)}
+    small = LinkFactors(params(), {"L": 1.0})
+    small.set_pairs({"X": PairPath(1, 0, frozenset({"L"})), "Y": PairPath(1, 0, frozenset({"L"}))})
+    assert small.equilibrium({"L"}) == {"L": pytest.approx(0.45)}
+
+
+def test_a_pair_held_at_its_cap_elsewhere_or_at_a_small_guarantee_sets_no_factor():
+    """A alone on L, held at 100 by M's factor: at its cap, so L keeps no
+    entry (it is not L that limits it). Two pairs whose 0.5 Mb/s guarantees
+    exceed L's 0.9: both sit at their floors -- no entry either (the
+    free-rate test's tolerance is relative, and holds below 1 Mb/s)."""
+    lf = LinkFactors(params(), {"L": 1000.0, "M": 1000.0})
+    lf.set_pairs({"A": PairPath(1, 0, frozenset({"L", "M"}))})
+    lf.r["M"] = 100.0
+    assert lf.equilibrium({"L"}) == {}
+    tiny = LinkFactors(params(), {"L": 1.0})
+    tiny.set_pairs({"X": PairPath(1, 0.5, frozenset({"L"})), "Y": PairPath(1, 0.5, frozenset({"L"}))})
+    assert tiny.equilibrium({"L"}) == {}
+
+
+def test_equilibrium_factor_edges():
+    """equilibrium_factor where mutation testing found it unpinned."""
+    # one heavy pair: w 20 fills 10 at r = 0.5 (below 1: the bisection starts at 0, and the guarantees
+    # branch is taken only when B alone fills the link)
+    assert M.equilibrium_factor(10, [(20, 0, INF)]) == pytest.approx(0.5)
+    # guarantees of 0.5 each fill 0.9: the least B/w, however small the B
+    assert M.equilibrium_factor(0.9, [(1, 0.5, INF), (1, 0.5, INF)]) == pytest.approx(0.5)
+    assert M.equilibrium_factor(2.0, [(1, 0.5, INF), (1, 2.0, INF)]) == pytest.approx(0.5)
+    # held elsewhere at 1 with B/w = 10/2 = 5 above it: the load is flat at 10 < 20 from r = 0: answer 5 (B/w)
+    assert M.equilibrium_factor(20, [(2, 10, 1.0)]) == pytest.approx(5)
+    # the load reaches muC = 5 at r = 2 and stays there: the least such r, not the top of the flat part (3)
+    assert M.equilibrium_factor(5, [(1, 0, 2.0), (1, 3, 1.0)]) == pytest.approx(2)
