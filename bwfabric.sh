@@ -23,6 +23,20 @@ role_of() {
     esac
 }
 
+# apt_ensure WHY PACKAGE...: installs those of the Debian packages that are missing
+apt_ensure() {
+    local why="$1" missing=()
+    shift
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "bwfabric.sh: installing ${missing[*]}$why" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
 setup() {
     local role="$1" apt extra
     if [ "$(id -u)" != 0 ]; then
@@ -34,15 +48,7 @@ setup() {
         controller) apt=("${APT_CONTROLLER[@]}"); extra="[controller]" ;;
         *) apt=("${APT_EMULATION[@]}"); extra="[test]" ;;
     esac
-    local missing=()
-    for pkg in "${apt[@]}"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "bwfabric.sh: installing ${missing[*]}" >&2
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
+    apt_ensure "" "${apt[@]}"
     # Debian's python3 so that Debian's mininet package is importable in the venv.
     if [ ! -x .venv/bin/python ]; then
         /usr/bin/python3 -m venv --system-site-packages .venv
@@ -68,15 +74,7 @@ setup_guest() {
 # simulator's packet-level check, simulate fabric-validate-ns3, only. cppyy builds CPyCppyy from source.
 NS3_VERSION=3.44.post0
 setup_ns3() {
-    local missing=()
-    for pkg in g++ python3-dev cmake make; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "bwfabric.sh: installing ${missing[*]} (ns-3's Python bindings build with them)" >&2
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
+    apt_ensure " (ns-3's Python bindings build with them)" g++ python3-dev cmake make
     if ! .venv-ns3/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('ns3') != '$NS3_VERSION')" \
             2>/dev/null; then
         echo "bwfabric.sh: setting up ns-3 $NS3_VERSION in .venv-ns3 (about 2 min)" >&2

@@ -48,6 +48,91 @@ Link = tuple[str, str]
 Path = tuple[str, ...]
 
 
+class Problem:
+    """fewest_moves' inputs, checked (each refused by name), and what every
+    round reads: the routing so far (``cur``) and its load and BG per link
+    (``sums``, ``bgs``), the links' capacities, each switch's links and its
+    excess bound, and a unit's change. Shared with the first version of the
+    rounds (bwtesting/moves_reference.py), which the tests hold equal."""
+
+    def __init__(self, start: dict[Hashable, Path], target: dict[Hashable, Path], units: Sequence[Sequence[Hashable]],
+                 load: dict[Hashable, float], bg: dict[Hashable, float], capacity: Callable[[Link], float],
+                 links: Callable[[Path], list[Link]], mu: float, lam_goal: float, allowed_over: set[Link],
+                 band: float | None):
+        if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1:
+            raise ValueError(f"fewest_moves: mu {mu!r} must be in (0, 1]")
+        if isinstance(lam_goal, bool) or not isinstance(lam_goal, (int, float)) or not lam_goal >= 0:
+            raise ValueError(f"fewest_moves: lam_goal {lam_goal!r} must be a number >= 0")
+        if band is not None and (isinstance(band, bool) or not isinstance(band, (int, float))
+                                 or not math.isfinite(band) or band < 0):
+            raise ValueError(f"fewest_moves: band {band!r} must be None or a finite number >= 0")
+        seen: set[Hashable] = set()
+        for unit in units:
+            for k in unit:
+                if k not in start or k not in target:
+                    raise ValueError(f"fewest_moves: {k!r} of a unit has no start or no target path")
+                if k in seen:
+                    raise ValueError(f"fewest_moves: {k!r} is in two units")
+                seen.add(k)
+        self.target, self.units, self.load, self.bg = target, units, load, bg
+        self.capacity, self.links, self.mu, self.lam_goal, self.allowed_over = capacity, links, mu, lam_goal, allowed_over
+        self.cur = dict(start)
+        self.sums: dict[Link, float] = {}
+        self.bgs: dict[Link, float] = {}
+        for k, path in self.cur.items():
+            for link in links(path):
+                self.sums[link] = self.sums.get(link, 0.0) + load.get(k, 0.0)
+                self.bgs[link] = self.bgs.get(link, 0.0) + bg.get(k, 0.0)
+        self.cap = {link: capacity(link) for link in self.sums}
+        # per switch: the links it sends on; its idle-beside-busy amount under the target and the floor
+        self.out_links: dict[str, set[Link]] = {}
+        self.bound: dict[str, float] = {}
+        if band is not None:
+            goal: dict[Link, float] = {}
+            for routing in (start, target):
+                for path in routing.values():
+                    for link in links(path):
+                        self.out_links.setdefault(link[0], set()).add(link)
+            for k, path in target.items():
+                for link in links(path):
+                    goal[link] = goal.get(link, 0.0) + load.get(k, 0.0)
+            for node, own in self.out_links.items():
+                mean_cap = sum(self.capof(link) for link in own) / len(own)
+                self.bound[node] = max((1 + band) * self.idle_beside_busy(node, goal), band * mean_cap)
+
+    def capof(self, link: Link) -> float:
+        got = self.cap.get(link)
+        if got is None:
+            got = self.cap[link] = self.capacity(link)
+        return got
+
+    def ratio(self, link: Link, s: float) -> float:
+        return self.capof(link) / s if s > 1e-12 else math.inf
+
+    def over(self, link: Link, b: float) -> bool:
+        return b > self.mu * self.capof(link) * (1 + 1e-9) and link not in self.allowed_over
+
+    def idle_beside_busy(self, node: str, s: dict[Link, float], d: dict[Link, float] | None = None) -> float:
+        # exactly rounded sums (math.fsum): the same whatever order the links are added in
+        idle, busy = [], []
+        for link in self.out_links[node]:
+            used = s.get(link, 0.0) + (d or {}).get(link, 0.0)
+            idle.append(max(0.0, self.capof(link) - used))
+            busy.append(max(0.0, used - self.capof(link)))
+        return min(math.fsum(idle), math.fsum(busy))
+
+    def delta(self, unit: Sequence[Hashable]) -> tuple[dict[Link, float], dict[Link, float]]:
+        """What moving ``unit`` to its target paths adds to each link's load and BG."""
+        d: dict[Link, float] = {}
+        db: dict[Link, float] = {}
+        for k in unit:
+            for sign, path in ((-1.0, self.cur[k]), (1.0, self.target[k])):
+                for link in self.links(path):
+                    d[link] = d.get(link, 0.0) + sign * self.load.get(k, 0.0)
+                    db[link] = db.get(link, 0.0) + sign * self.bg.get(k, 0.0)
+        return d, db
+
+
 def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], units: Sequence[Sequence[Hashable]],
                  load: dict[Hashable, float], bg: dict[Hashable, float], capacity: Callable[[Link], float],
                  links: Callable[[Path], list[Link]], mu: float, lam_goal: float,
@@ -64,76 +149,9 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
     or ``target`` and a key in two units are a ValueError, as are a ``lam_goal`` that is not a
     number >= 0 (infinity: every unit moves), a ``mu`` outside (0, 1] and a
     ``band`` that is not None or a finite number >= 0."""
-    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 < mu <= 1:
-        raise ValueError(f"fewest_moves: mu {mu!r} must be in (0, 1]")
-    if isinstance(lam_goal, bool) or not isinstance(lam_goal, (int, float)) or not lam_goal >= 0:
-        raise ValueError(f"fewest_moves: lam_goal {lam_goal!r} must be a number >= 0")
-    if band is not None and (isinstance(band, bool) or not isinstance(band, (int, float))
-                             or not math.isfinite(band) or band < 0):
-        raise ValueError(f"fewest_moves: band {band!r} must be None or a finite number >= 0")
-    seen: set[Hashable] = set()
-    for unit in units:
-        for k in unit:
-            if k not in start or k not in target:
-                raise ValueError(f"fewest_moves: {k!r} of a unit has no start or no target path")
-            if k in seen:
-                raise ValueError(f"fewest_moves: {k!r} is in two units")
-            seen.add(k)
-    cur = dict(start)
-    sums: dict[Link, float] = {}
-    bgs: dict[Link, float] = {}
-    for k, path in cur.items():
-        for link in links(path):
-            sums[link] = sums.get(link, 0.0) + load.get(k, 0.0)
-            bgs[link] = bgs.get(link, 0.0) + bg.get(k, 0.0)
-    cap = {link: capacity(link) for link in sums}
-
-    def capof(link: Link) -> float:
-        if link not in cap:
-            cap[link] = capacity(link)
-        return cap[link]
-
-    def ratio(link: Link, s: float) -> float:
-        return capof(link) / s if s > 1e-12 else math.inf
-
-    def over(link: Link, b: float) -> bool:
-        return b > mu * capof(link) * (1 + 1e-9) and link not in allowed_over
-
-    # per switch: the links it sends on; its idle-beside-busy amount under the target and the floor
-    out_links: dict[str, set[Link]] = {}
-    bound: dict[str, float] = {}
-
-    def idle_beside_busy(node: str, s: dict[Link, float], d: dict[Link, float] | None = None) -> float:
-        # exactly rounded sums (math.fsum): the same whatever order the links are added in
-        idle, busy = [], []
-        for link in out_links[node]:
-            used = s.get(link, 0.0) + (d or {}).get(link, 0.0)
-            idle.append(max(0.0, capof(link) - used))
-            busy.append(max(0.0, used - capof(link)))
-        return min(math.fsum(idle), math.fsum(busy))
-
-    if band is not None:
-        goal: dict[Link, float] = {}
-        for routing in (start, target):
-            for path in routing.values():
-                for link in links(path):
-                    out_links.setdefault(link[0], set()).add(link)
-        for k, path in target.items():
-            for link in links(path):
-                goal[link] = goal.get(link, 0.0) + load.get(k, 0.0)
-        for node, own in out_links.items():
-            mean_cap = sum(capof(link) for link in own) / len(own)
-            bound[node] = max((1 + band) * idle_beside_busy(node, goal), band * mean_cap)
-
-    def delta(unit: Sequence[Hashable]) -> tuple[dict[Link, float], dict[Link, float]]:
-        d: dict[Link, float] = {}
-        db: dict[Link, float] = {}
-        for k in unit:
-            for sign, path in ((-1.0, cur[k]), (1.0, target[k])):
-                for link in links(path):
-                    d[link] = d.get(link, 0.0) + sign * load.get(k, 0.0)
-                    db[link] = db.get(link, 0.0) + sign * bg.get(k, 0.0)
-        return d, db
+    p = Problem(start, target, units, load, bg, capacity, links, mu, lam_goal, allowed_over, band)
+    cur, sums, bgs, out_links, bound = p.cur, p.sums, p.bgs, p.out_links, p.bound
+    capof, ratio, over, delta = p.capof, p.ratio, p.over, p.delta
 
     # Each round's choice, kept incrementally (it was recomputed from scratch every round: O(links log
     # links) a round, 26-138 s per placement at k = 32 -- bwtesting/moves_reference.py, which the tests hold

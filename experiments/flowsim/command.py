@@ -161,54 +161,69 @@ def run(cfg: FabricConfig, out: Path, quiet: bool = False) -> dict:
                     "n": int(common.sum()), "mean_s": float(f[common].mean()) if common.any() else None}
             if not quiet and len(fcts) > 1:
                 print(f"load {load:<4g} mean FCT over the {int(common.sum())} connections all finished: "
-                      + ", ".join(f"{r} {_fmt_ms(doc['runs'][f'{load:g}/{r}']['fct_common']['mean_s'])} ms"
+                      + ", ".join(f"{r} {fmt_ms(doc['runs'][f'{load:g}/{r}']['fct_common']['mean_s'])} ms"
                                   for r in fcts), flush=True)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fabric.json").write_text(json.dumps(doc, indent=1))
-    _plot(doc, out / "fabric.png")
+    save(doc, out, "fabric", _plot)
     return doc
 
 
-def _fmt_ms(x) -> str:
+def fmt_ms(x) -> str:
     return "-" if x is None else f"{x * 1000:.1f}"
 
 
 def _line(load: float, routing: str, s: dict) -> None:
     c = s.get("controller")
     extra = "" if c is None else (f"  period {c['period_s_median']:.2f} s, {c['allocations']} placements "
-                                  f"(median {_fmt_ms(c['allocation_s_median'])} ms, max "
-                                  f"{_fmt_ms(c['allocation_s_max'])} ms, <= {c['long_flows_max']} long flows)")
+                                  f"(median {fmt_ms(c['allocation_s_median'])} ms, max "
+                                  f"{fmt_ms(c['allocation_s_max'])} ms, <= {c['long_flows_max']} long flows)")
     sp = s["speed"]
     print(f"load {load:<4g} {routing:<12} aggregate {s['aggregate_mbps']:10.0f} Mb/s (offered "
-          f"{s['offered_mbps']:.0f})  FCT mean {_fmt_ms(s['fct']['mean_s'])} p50 {_fmt_ms(s['fct']['p50_s'])} "
-          f"p99 {_fmt_ms(s['fct']['p99_s'])} ms  unfinished {s['unfinished']}  "
+          f"{s['offered_mbps']:.0f})  FCT mean {fmt_ms(s['fct']['mean_s'])} p50 {fmt_ms(s['fct']['p50_s'])} "
+          f"p99 {fmt_ms(s['fct']['p99_s'])} ms  unfinished {s['unfinished']}  "
           f"[{sp['connections']} conns in {sp['wall_s']:.0f} s: {sp['connections_per_s']:.0f} conns/s, "
           f"{sp['events_per_s']:.0f} events/s, {sp['allocations_per_s']:.0f} allocations/s]{extra}", flush=True)
 
 
 def _plot(doc: dict, path: Path) -> None:
+    cfg = doc["config"]
+    series = {}
+    for routing in cfg["routings"]:
+        xs = [ld for ld in cfg["loads"] if f"{ld:g}/{routing}" in doc["runs"]]
+        rs = [doc["runs"][f"{ld:g}/{routing}"] for ld in xs]
+        series[routing] = (xs, [r["aggregate_mbps"] for r in rs], [r["fct"]["mean_s"] for r in rs],
+                           [r["fct"]["p99_s"] for r in rs])
+    load_panels(series, f"FatTree k={cfg['k']} ({doc['hosts']} hosts, {cfg['link_mbps']:g} Mb/s), {cfg['workload']}, "
+                f"{cfg['seconds']:g} s of arrivals, flow-level simulation", path)
+
+
+def load_panels(series: dict, title: str, path: Path) -> None:
+    """Aggregate throughput, mean FCT and p99 FCT against the load, one line
+    per series: {label: (loads, aggregate Mb/s, mean FCT s, p99 FCT s)}."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cfg = doc["config"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for routing in cfg["routings"]:
-        xs = [ld for ld in cfg["loads"] if f"{ld:g}/{routing}" in doc["runs"]]
-        rs = [doc["runs"][f"{ld:g}/{routing}"] for ld in xs]
-        axes[0].plot(xs, [r["aggregate_mbps"] / 1000 for r in rs], "o-", label=routing)
-        axes[1].plot(xs, [r["fct"]["mean_s"] * 1000 for r in rs], "o-", label=routing)
-        axes[2].plot(xs, [r["fct"]["p99_s"] * 1000 for r in rs], "o-", label=routing)
-    for ax, title in zip(axes, ("aggregate throughput (Gb/s)", "mean FCT (ms)", "p99 FCT (ms)")):
+    for label, (xs, agg, mean, p99) in series.items():
+        axes[0].plot(xs, [a / 1000 for a in agg], "o-", label=label)
+        axes[1].plot(xs, [m * 1000 for m in mean], "o-", label=label)
+        axes[2].plot(xs, [p * 1000 for p in p99], "o-", label=label)
+    for ax, name in zip(axes, ("aggregate throughput (Gb/s)", "mean FCT (ms)", "p99 FCT (ms)")):
         ax.set_xlabel("load")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(name, fontsize=9)
         ax.legend(fontsize=7)
-    fig.suptitle(f"FatTree k={cfg['k']} ({doc['hosts']} hosts, {cfg['link_mbps']:g} Mb/s), {cfg['workload']}, "
-                 f"{cfg['seconds']:g} s of arrivals, flow-level simulation", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def save(doc: dict, out: Path, stem: str, plot) -> None:
+    """``OUT/stem.json`` and ``plot(doc, OUT/stem.png)``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+    plot(doc, out / f"{stem}.png")
 
 
 def main(sets: list[str], out: Path, as_json: bool) -> int:

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.flowsim.command import parse_sets
+from experiments.flowsim.command import fmt_ms, load_panels, parse_sets, save
 from experiments.flowsim.engine import Engine, Flows
 from experiments.flowsim.net import SimError, SimNet
 from experiments.flowsim.routing import make_router
@@ -211,15 +211,8 @@ def run(cfg: Ns3Config, out: Path, quiet: bool = False) -> dict:
         doc["rows"][f"{load:g}"] = row
         if not quiet:
             print_row(f"{load:g}", row)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "validate_ns3.json").write_text(json.dumps(doc, indent=1))
-    _plot(doc, out / "validate_ns3.png")
+    save(doc, out, "validate_ns3", _plot)
     return doc
-
-
-def _ms(x) -> str:
-    return "-" if x is None else f"{x * 1000:.1f}"
 
 
 HEADER = (f"{'load':>4} {'conns':>6} {'agg ns-3':>9} {'agg flow':>9} {'ratio':>6} {'mean ns-3':>9} {'mean flow':>9} "
@@ -230,38 +223,25 @@ def print_row(load: str, r: dict) -> None:
     def ratio(x):
         return "-" if x is None else f"{x:.2f}"
     print(f"{load:>4} {r['both_finished']:>6} {r['ns3_aggregate_mbps']:>9.0f} {r['flowsim_aggregate_mbps']:>9.0f} "
-          f"{ratio(r['aggregate_ratio']):>6} {_ms(r['ns3_fct']['mean_s']):>9} {_ms(r['flowsim_fct']['mean_s']):>9} "
-          f"{ratio(r['mean_fct_ratio']):>6} {_ms(r['ns3_fct']['p99_s']):>9} {_ms(r['flowsim_fct']['p99_s']):>9} "
+          f"{ratio(r['aggregate_ratio']):>6} {fmt_ms(r['ns3_fct']['mean_s']):>9} {fmt_ms(r['flowsim_fct']['mean_s']):>9} "
+          f"{ratio(r['mean_fct_ratio']):>6} {fmt_ms(r['ns3_fct']['p99_s']):>9} {fmt_ms(r['flowsim_fct']['p99_s']):>9} "
           f"{ratio(r['p99_fct_ratio']):>6}  {'yes' if r['within'] else 'NO'}", flush=True)
     print("      mean FCT by size (ns-3 / flow-level, ms): " + "; ".join(
-        f"{name} {_ms(b['ns3']['mean_s'])} / {_ms(b['flowsim']['mean_s'])} (n {b['ns3']['n']})"
+        f"{name} {fmt_ms(b['ns3']['mean_s'])} / {fmt_ms(b['flowsim']['mean_s'])} (n {b['ns3']['n']})"
         for name, b in r["by_size"].items()) + f"; unfinished ns-3 {r['ns3_unfinished']}, flow-level "
         f"{r['flowsim_unfinished']}; wall ns-3 {r['wall_s']['ns3']:.0f} s, flow-level {r['wall_s']['flowsim']:.1f} s",
         flush=True)
 
 
 def _plot(doc: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     loads = [float(x) for x in doc["rows"]]
     rows = list(doc["rows"].values())
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for who, key in (("ns-3 (packet level)", "ns3"), ("flow level", "flowsim")):
-        axes[0].plot(loads, [r[f"{key}_aggregate_mbps"] / 1000 for r in rows], "o-", label=who)
-        axes[1].plot(loads, [r[f"{key}_fct"]["mean_s"] * 1000 for r in rows], "o-", label=who)
-        axes[2].plot(loads, [r[f"{key}_fct"]["p99_s"] * 1000 for r in rows], "o-", label=who)
-    for ax, title in zip(axes, ("aggregate throughput (Gb/s)", "mean FCT (ms)", "p99 FCT (ms)")):
-        ax.set_xlabel("load")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
+    series = {who: (loads, [r[f"{key}_aggregate_mbps"] for r in rows], [r[f"{key}_fct"]["mean_s"] for r in rows],
+                    [r[f"{key}_fct"]["p99_s"] for r in rows])
+              for who, key in (("ns-3 (packet level)", "ns3"), ("flow level", "flowsim"))}
     c = doc["config"]
-    fig.suptitle(f"FatTree k={c['k']} ({doc['hosts']} hosts, {c['link_mbps']:g} Mb/s), {c['workload']}, single_path "
-                 f"placements, {c['seconds']:g} s of arrivals: flow level vs ns-3 TCP", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    load_panels(series, f"FatTree k={c['k']} ({doc['hosts']} hosts, {c['link_mbps']:g} Mb/s), {c['workload']}, "
+                f"single_path placements, {c['seconds']:g} s of arrivals: flow level vs ns-3 {c['tcp']}", path)
 
 
 def main(sets: list[str], out: Path, as_json: bool) -> int:
