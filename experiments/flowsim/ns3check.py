@@ -211,7 +211,7 @@ def run(cfg: Ns3Config, out: Path, quiet: bool = False) -> dict:
         doc["rows"][f"{load:g}"] = row
         if not quiet:
             print_row(f"{load:g}", row)
-    save(doc, out, "validate_ns3", _plot)
+        save(doc, out, "validate_ns3", _plot)           # after each load: a long run's rows are kept as they come
     return doc
 
 
