@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bwcommon.channel import ChannelError, ReplayGuard, Receiver, Sender, load_secret, write_secret
-from bwcommon.transport import FrameServer, connect, listen, parse_address, recv_frame, send_frame
+from bwcommon.transport import FrameError, FrameServer, connect, listen, parse_address, recv_frame, send_frame
 
 KEY = b"k" * 32
 
@@ -190,22 +190,29 @@ def test_a_handler_that_raises_closes_one_connection_only(tmp_path):
 
 def test_the_accept_loop_survives_running_out_of_descriptors(tmp_path):
     """In a child with RLIMIT_NOFILE 64: peers open 150 connections (accept
-    fails with EMFILE on the way), close them; the server answers again."""
+    fails with EMFILE on the way), close them; the server answers again.
+    The child reports its accept loop's counters whenever asked (a line on
+    its stdin): the test waits for what it asserts, never a fixed time."""
     code = textwrap.dedent(f'''
-        import resource, threading, time, socket, json
-        from bwcommon.transport import FrameServer, listen, connect, send_frame, recv_frame
+        import resource, sys, threading, json
+        from bwcommon.transport import FrameServer, listen
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         srv = FrameServer(lambda raw: b"ok", max_connections=1000, first_frame_timeout_s=30)
         sock = listen("unix:{tmp_path}/c.sock", backlog=512)
         th = threading.Thread(target=srv.serve, args=(sock,), daemon=True); th.start()
         print(json.dumps({{"ready": True}}), flush=True)
-        time.sleep(6)
-        print(json.dumps({{"alive": th.is_alive(), "accept_errors": srv.stats.accept_errors,
-                          "accepted": srv.stats.accepted}}), flush=True)
-        time.sleep(30)
+        for _line in sys.stdin:
+            print(json.dumps({{"alive": th.is_alive(), "accept_errors": srv.stats.accept_errors,
+                              "accepted": srv.stats.accepted}}), flush=True)
     ''')
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+    def report():
+        child.stdin.write("?\n")
+        child.stdin.flush()
+        return json.loads(child.stdout.readline())
+
     try:
         assert json.loads(child.stdout.readline())["ready"]
         peers = []
@@ -213,13 +220,21 @@ def test_the_accept_loop_survives_running_out_of_descriptors(tmp_path):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect(f"{tmp_path}/c.sock")
             peers.append(s)
-        time.sleep(1.5)
+        deadline = time.monotonic() + 20
+        while report()["accept_errors"] == 0:          # it runs out of descriptors on the way
+            assert time.monotonic() < deadline, "the accept loop never hit EMFILE"
+            time.sleep(0.05)
         for s in peers:
             s.close()
-        time.sleep(1.0)
-        assert _ask(f"unix:{tmp_path}/c.sock") == b"ok"
-        report = json.loads(child.stdout.readline())
-        assert report["alive"] and report["accept_errors"] > 0     # it did run out, and went on
+        while True:                                    # and answers again once they are closed
+            try:
+                assert _ask(f"unix:{tmp_path}/c.sock") == b"ok"
+                break
+            except (OSError, FrameError):
+                assert time.monotonic() < deadline, "the server never answered again"
+                time.sleep(0.05)
+        got = report()
+        assert got["alive"] and got["accept_errors"] > 0     # it did run out, and went on
     finally:
         child.kill()
         child.wait()

@@ -24,8 +24,10 @@ def test_eq7_on_a_single_bottleneck_within_1pct():
     assert out["worst_relative_error"] <= 0.01, out
 
 
-def test_weighted_max_min_with_guarantees_within_2pct_on_100_fabrics():
-    out = validate.worst("multi", range(100))
+def test_weighted_max_min_with_guarantees_within_2pct_on_50_fabrics():
+    # 50 of `bwfabric simulate lrc-validate`'s 100 (the unit suite's time, issue #33): 43 flows held at their
+    # guarantee, worst error 0.0008 in these; the other 50 gave 38 and 0.0007 (2026-11-29)
+    out = validate.worst("multi", range(50))
     assert out["flows_held_at_their_guarantee"] >= 30       # the guarantees do bind in these instances
     assert out["worst_relative_error"] <= 0.02, out
 
