@@ -44,6 +44,8 @@ import heapq
 import math
 from collections.abc import Callable, Hashable, Sequence
 
+import numpy as np
+
 Link = tuple[str, str]
 Path = tuple[str, ...]
 
@@ -133,6 +135,26 @@ class Problem:
         return d, db
 
 
+def _exact_parts(values) -> list[float]:
+    """Floats whose exact sum is the exact sum of ``values`` (Shewchuk's
+    non-overlapping partials, as math.fsum keeps them inside): math.fsum of
+    these and more values is the exactly rounded sum of all of them."""
+    parts: list[float] = []
+    for x in values:
+        i = 0
+        for y in parts:
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo:
+                parts[i] = lo
+                i += 1
+            x = hi
+        parts[i:] = [x]
+    return parts
+
+
 def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], units: Sequence[Sequence[Hashable]],
                  load: dict[Hashable, float], bg: dict[Hashable, float], capacity: Callable[[Link], float],
                  links: Callable[[Path], list[Link]], mu: float, lam_goal: float,
@@ -163,9 +185,13 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
     # replaced (added as new - old to math.fsum, exactly the sum idle_beside_busy takes)
     idle_t = {n: {link: max(0.0, capof(link) - sums.get(link, 0.0)) for link in own} for n, own in out_links.items()}
     busy_t = {n: {link: max(0.0, sums.get(link, 0.0) - capof(link)) for link in own} for n, own in out_links.items()}
+    # ... each kept as its exact sum (a few floats, _exact_parts) so that a trial adds its corrections to
+    # those, not to every link's term again
+    idle_s = {n: _exact_parts(t.values()) for n, t in idle_t.items()}
+    busy_s = {n: _exact_parts(t.values()) for n, t in busy_t.items()}
 
     def excess_with(node: str, d: dict[Link, float] | None = None) -> float:
-        idle, busy = list(idle_t[node].values()), list(busy_t[node].values())
+        idle, busy = list(idle_s[node]), list(busy_s[node])
         for link, v in (d or {}).items():
             if link[0] == node:
                 used = sums.get(link, 0.0) + v
@@ -197,7 +223,14 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
     # unit -> [d, db, its BG count, its lambda, its excess, its switches' excess terms (in the order
     # the reference sums them)]
     trial: dict[int, list] = {}
-    has_bg = {j: any(bg.get(k, 0.0) > 0 for k in u) for j, u in pending.items()}
+    # the same per unit as arrays, for each round's choice (numpy: 8192 units a round at k = 32)
+    n_units = len(pending)
+    a_over = np.zeros(n_units, dtype=np.int64)
+    a_lam = np.zeros(n_units)
+    a_exc = np.zeros(n_units)
+    a_len = np.array([len(u) for u in pending.values()], dtype=np.int64)
+    a_bg = np.array([any(bg.get(k, 0.0) > 0 for k in u) for u in pending.values()], dtype=bool)
+    alive = np.ones(n_units, dtype=bool)
 
     def local(j: int) -> None:
         """Unit j's terms afresh (its links' loads or BG changed). Its own change (d, db) stays: the
@@ -212,13 +245,14 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
         t_lam = min((ratio(link, sums.get(link, 0.0) + v) for link, v in d.items()), default=math.inf)
         terms = {n: excess_with(n, d) - now_excess[n] for n in nodes}
         trial[j] = [d, db, t_over, t_lam, sum(terms.values()), terms]
+        a_over[j], a_lam[j], a_exc[j] = t_over, t_lam, trial[j][4]
 
     def switches_changed(j: int, nodes: set[str]) -> None:
         """Only some of unit j's switches' other links changed: their excess terms afresh."""
         t = trial[j]
         for n in nodes & t[5].keys():
             t[5][n] = excess_with(n, t[0]) - now_excess[n]
-        t[4] = sum(t[5].values())
+        t[4] = a_exc[j] = sum(t[5].values())
 
     for j, u in pending.items():
         trial[j] = list(delta(u))
@@ -235,24 +269,28 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
         if not overs and lam >= lam_goal and total_excess <= 0:
             break
         only_excess = not overs and lam >= lam_goal
-        best = None
-        n_overs = len(overs)
-        for j, unit in pending.items():
-            if only_excess and has_bg[j]:
-                continue
-            d, _, t_over, t_lam, t_excess, _ = trial[j]
-            rest = first_r if first_link not in d else next((r for r, link in low if link not in d), math.inf)
-            trial_over = n_overs + t_over
-            trial_lam = min(rest, t_lam)
-            trial_excess = total_excess + t_excess
-            if only_excess and (trial_over or trial_lam < lam_goal or trial_excess >= total_excess - 1e-9):
-                continue
-            score = (trial_over, -trial_lam, round(trial_excess, 9), len(unit), j)
-            if best is None or score < best[0]:
-                best = (score, j)
-        if best is None:
+        # every pending unit's trial: (BG links over, -lambda, the excess rounded to 1e-9, its size, its
+        # order) -- the least wins. A unit that changes the lowest link finds lambda's next lowest.
+        rest = np.full(n_units, first_r)
+        for i in by_link.get(first_link, ()):
+            if alive[i]:
+                d = trial[i][0]
+                rest[i] = next((r for r, link in low if link not in d), math.inf)
+        t_over = len(overs) + a_over
+        t_lam = np.minimum(rest, a_lam)
+        t_exc = total_excess + a_exc
+        ok = alive.copy()
+        if only_excess:
+            ok &= ~a_bg & (t_over == 0) & ~(t_lam < lam_goal) & ~(t_exc >= total_excess - 1e-9)
+        idx = np.flatnonzero(ok)
+        if idx.size == 0:
             break
-        j = best[1]
+        idx = idx[t_over[idx] == t_over[idx].min()]
+        idx = idx[t_lam[idx] == t_lam[idx].max()]
+        # the rounding decides only among excesses within a few 1e-9 of the least: those, exactly
+        idx = idx[t_exc[idx] <= t_exc[idx].min() + 2e-9]
+        j = min((round(float(t_exc[i]), 9), int(a_len[i]), int(i)) for i in idx)[2]
+        alive[j] = False
         d, db = trial[j][0], trial[j][1]
         for link, v in d.items():
             sums[link] = sums.get(link, 0.0) + v
@@ -269,6 +307,7 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
                 idle_t[link[0]][link] = max(0.0, capof(link) - sums[link])
                 busy_t[link[0]][link] = max(0.0, sums[link] - capof(link))
         for n in touched:
+            idle_s[n], busy_s[n] = _exact_parts(idle_t[n].values()), _exact_parts(busy_t[n].values())
             now_excess[n] = excess_with(n)
         unit = pending.pop(j)
         for k in unit:

@@ -275,15 +275,19 @@ def _rows(rows):
     return start, target, [[i] for i in start], load, bg
 
 
-# cases a search found against two mutants of the incremental rounds (each differs from the reference on
-# it): a switch's excess term not refreshed when only another of its links changed; lambda's next-lowest
-# link not fetched when a unit changes the lowest one
+# cases a search found against mutants of the incremental rounds (each differs from the reference on it):
+# a switch's excess term not refreshed when only another of its links changed; lambda's next-lowest link
+# not fetched when a unit changes the lowest one
 @pytest.mark.parametrize("rows, goal, mu, band", [
     ([("t0", "t1", "p1", "p0", 5.1, 0.0), ("t1", "t2", "p1", "p1", 2.3, 0.2), ("t1", "t0", "p1", "p0", 2.2, 0.0),
       ("t0", "t1", "p0", "p1", 7.4, 0.0), ("t0", "t1", "p1", "p0", 5.6, 2.7), ("t0", "t1", "p1", "p1", 8.2, 0.0)],
      0.11, 0.75, 0.0),
     ([("t1", "t2", "p0", "p1", 8.8, 0.0), ("t2", "t0", "p0", "p1", 6.6, 0.0), ("t1", "t0", "p0", "p1", 4.0, 0.0)],
      0.96, 0.39, 0.0),
+    # ... and against the choice taking the first unit among equal BG and lambda, not the least excess
+    ([("t1", "t0", "p1", "p0", 1.4, 0.0), ("t1", "t0", "p0", "p0", 3.9, 0.0), ("t0", "t2", "p0", "p0", 6.1, 0.1),
+      ("t0", "t1", "p0", "p0", 0.8, 0.0), ("t2", "t1", "p0", "p1", 6.8, 0.0), ("t0", "t2", "p0", "p1", 1.4, 0.0),
+      ("t2", "t1", "p0", "p1", 3.0, 1.4)], 0.25, 0.78, 0.2),
 ])
 def test_the_incremental_rounds_on_cases_found_against_their_mutants(rows, goal, mu, band):
     from bwtesting.moves_reference import reference_fewest_moves
@@ -296,3 +300,15 @@ def test_the_incremental_rounds_on_cases_found_against_their_mutants(rows, goal,
 def test_a_key_in_two_units_is_refused():
     with pytest.raises(ValueError, match="'a' is in two units"):
         run({"a": ("s", "x", "d")}, {"a": ("s", "y", "d")}, [["a"], ["a"]], {"a": 1.0})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6), max_size=40), st.lists(st.floats(-1e6, 1e6), max_size=4))
+def test_exact_parts_stand_for_the_exact_sum(values, more):
+    """A switch's idle/busy sums are kept as _exact_parts: fsum of them and a
+    trial's corrections must be fsum of every term and the corrections."""
+    from apps.lessor.moves import _exact_parts
+
+    parts = _exact_parts(values)
+    assert math.fsum(parts + more) == math.fsum(values + more)
+    assert len(parts) <= len(values)
