@@ -40,6 +40,7 @@ is sent again after Linux's 1 s (ns-3's own default is 3 s).
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 
@@ -51,14 +52,31 @@ IP_TCP_HEADERS = 52                # IPv4 20, TCP 20, timestamps 12: the links' 
 STEP_S = 0.05                      # progress and the marks' sampling
 
 
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
 def check(spec: dict) -> None:
     missing = [k for k in KEYS if k not in spec]
     if missing:
         raise ValueError(f"spec: missing {', '.join(missing)}")
+    for key in ("end_s", "link_delay_us", "queue_packets", "mss", "min_rto_ms", "delack_ms", "init_cwnd", "buf_bytes"):
+        if not _positive(spec[key]):
+            raise ValueError(f"spec: {key} {spec[key]!r} must be a finite number > 0")
+    if not (isinstance(spec["ecn_k"], int) and 0 <= spec["ecn_k"] < spec["queue_packets"]):
+        raise ValueError(f"spec: ecn_k {spec['ecn_k']!r}: 0 or a threshold below queue_packets")
+    marks = spec["marks"]
+    if not (isinstance(marks, list) and len(marks) == 2 and all(_positive(m) or m == 0 for m in marks)
+            and marks[0] < marks[1] <= spec["end_s"]):
+        raise ValueError(f"spec: marks {marks!r}: two times 0 <= t0 < t1 <= end_s")
     names = set(spec["hosts"]) | set(spec["switches"])
     for u, v, bps in spec["links"]:
-        if u not in names or v not in names or not bps > 0:
+        if u not in names or v not in names or not _positive(bps):
             raise ValueError(f"spec: link {u}-{v} at {bps}")
+    for sw, table in spec["routes"].items():
+        for dst, hop in table.items():
+            if sw not in spec["switches"] or dst not in spec["hosts"] or hop not in names:
+                raise ValueError(f"spec: route at {sw} to {dst} via {hop}")
     per_dst = {}
     for src, dst, start, size in spec["flows"]:
         if src not in spec["hosts"] or dst not in spec["hosts"] or src == dst:

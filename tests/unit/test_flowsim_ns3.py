@@ -76,6 +76,18 @@ def test_the_spec_carries_the_flow_level_simulators_own_connections(k4):
     ({"flows": [["h1", "h2", float("nan"), 100]]}, "at nan s"),
     ({"flows": [["h1", "h2", 0.0, 0]]}, "of 0 bytes"),
     ({"flows": [["h1", "h2", 0.0, float("nan")]]}, "of nan bytes"),
+    ({"links": [["h1", "e0_0", float("inf")]]}, "link h1-e0_0 at inf"),
+    ({"links": [["h1", "e0_0", float("nan")]]}, "link h1-e0_0 at nan"),
+    ({"end_s": float("nan")}, "end_s nan"),
+    ({"end_s": float("inf")}, "end_s inf"),
+    ({"mss": True}, "mss True"),
+    ({"link_delay_us": -1}, "link_delay_us -1"),
+    ({"ecn_k": 300}, "ecn_k 300"),
+    ({"marks": [0.5, 0.1]}, "marks"),
+    ({"marks": [0.1, float("nan")]}, "marks"),
+    ({"marks": [0.1, 3.0]}, "marks"),
+    ({"routes": {"e0_0": {"h1": "nowhere"}}}, "route at e0_0 to h1 via nowhere"),
+    ({"routes": {"e0_0": {"x": "h1"}}}, "route at e0_0 to x"),
 ])
 def test_the_driver_refuses_a_bad_spec_by_name(k4, bad, word):
     cfg = parse_sets(Ns3Config, ["k=4"])
