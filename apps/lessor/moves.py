@@ -214,67 +214,61 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
             heapq.heappush(heap, item)
         return got
 
-    pending: dict[int, list[Hashable]] = {}
-    for u in units:
-        if any(cur[k] != target[k] for k in u):
-            pending[len(pending)] = list(u)
+    # the units that differ from their target; each one's change (its keys' paths move only with it:
+    # the units are disjoint) and, per switch it sends through, its excess term (in the order the
+    # reference sums them); the trial's numbers as arrays for each round's choice (numpy: 8192 units a
+    # round at k = 32)
+    todo = [list(u) for u in units if any(cur[k] != target[k] for k in u)]
+    changes = [delta(u) for u in todo]
+    terms: list[dict[str, float]] = [{} for _ in todo]
     by_link: dict[Link, set[int]] = {}
     by_node: dict[str, set[int]] = {}
-    # unit -> [d, db, its BG count, its lambda, its excess, its switches' excess terms (in the order
-    # the reference sums them)]
-    trial: dict[int, list] = {}
-    # the same per unit as arrays, for each round's choice (numpy: 8192 units a round at k = 32)
-    n_units = len(pending)
+    n_units = len(todo)
     a_over = np.zeros(n_units, dtype=np.int64)
     a_lam = np.zeros(n_units)
     a_exc = np.zeros(n_units)
-    a_len = np.array([len(u) for u in pending.values()], dtype=np.int64)
-    a_bg = np.array([any(bg.get(k, 0.0) > 0 for k in u) for u in pending.values()], dtype=bool)
+    a_len = np.array([len(u) for u in todo], dtype=np.int64)
+    a_bg = np.array([any(bg.get(k, 0.0) > 0 for k in u) for u in todo], dtype=bool)
     alive = np.ones(n_units, dtype=bool)
 
     def local(j: int) -> None:
-        """Unit j's terms afresh (its links' loads or BG changed). Its own change (d, db) stays: the
-        units are disjoint, so its keys' paths move only with it."""
-        d, db = trial[j][0], trial[j][1]
+        """Unit j's terms afresh (its links' loads or BG changed)."""
+        d, db = changes[j]
         nodes = {link[0] for link in d} & out_links.keys()
         for link in d:
             by_link.setdefault(link, set()).add(j)
         for n in nodes:
             by_node.setdefault(n, set()).add(j)
-        t_over = -len(overs & db.keys()) + sum(over(link, bgs.get(link, 0.0) + v) for link, v in db.items())
-        t_lam = min((ratio(link, sums.get(link, 0.0) + v) for link, v in d.items()), default=math.inf)
-        terms = {n: excess_with(n, d) - now_excess[n] for n in nodes}
-        trial[j] = [d, db, t_over, t_lam, sum(terms.values()), terms]
-        a_over[j], a_lam[j], a_exc[j] = t_over, t_lam, trial[j][4]
+        a_over[j] = -len(overs & db.keys()) + sum(over(link, bgs.get(link, 0.0) + v) for link, v in db.items())
+        a_lam[j] = min((ratio(link, sums.get(link, 0.0) + v) for link, v in d.items()), default=math.inf)
+        terms[j] = {n: excess_with(n, d) - now_excess[n] for n in nodes}
+        a_exc[j] = sum(terms[j].values())
 
     def switches_changed(j: int, nodes: set[str]) -> None:
         """Only some of unit j's switches' other links changed: their excess terms afresh."""
-        t = trial[j]
-        for n in nodes & t[5].keys():
-            t[5][n] = excess_with(n, t[0]) - now_excess[n]
-        t[4] = a_exc[j] = sum(t[5].values())
+        for n in nodes & terms[j].keys():
+            terms[j][n] = excess_with(n, changes[j][0]) - now_excess[n]
+        a_exc[j] = sum(terms[j].values())
 
-    for j, u in pending.items():
-        trial[j] = list(delta(u))
+    for j in range(n_units):
         local(j)
     moved = 0
     # how many of the lowest links a trial may change (more than a unit's own is harmless: the first one
     # not among its links is the same)
-    widest = max((len(t[0]) for t in trial.values()), default=0)
-    while pending:
+    widest = max((len(d) for d, _ in changes), default=0)
+    while alive.any():
         total_excess = sum(now_excess.values())
         low = lowest(widest + 1)
-        first_r, first_link = low[0] if low else (math.inf, None)
-        lam = low[0][0] if low else math.inf
+        lam, first_link = low[0] if low else (math.inf, None)
         if not overs and lam >= lam_goal and total_excess <= 0:
             break
         only_excess = not overs and lam >= lam_goal
         # every pending unit's trial: (BG links over, -lambda, the excess rounded to 1e-9, its size, its
         # order) -- the least wins. A unit that changes the lowest link finds lambda's next lowest.
-        rest = np.full(n_units, first_r)
+        rest = np.full(n_units, lam)
         for i in by_link.get(first_link, ()):
             if alive[i]:
-                d = trial[i][0]
+                d = changes[i][0]
                 rest[i] = next((r for r, link in low if link not in d), math.inf)
         t_over = len(overs) + a_over
         t_lam = np.minimum(rest, a_lam)
@@ -291,7 +285,7 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
         idx = idx[t_exc[idx] <= t_exc[idx].min() + 2e-9]
         j = min((round(float(t_exc[i]), 9), int(a_len[i]), int(i)) for i in idx)[2]
         alive[j] = False
-        d, db = trial[j][0], trial[j][1]
+        d, db = changes[j]
         for link, v in d.items():
             sums[link] = sums.get(link, 0.0) + v
             heapq.heappush(heap, (ratio(link, sums[link]), link))
@@ -309,15 +303,14 @@ def fewest_moves(start: dict[Hashable, Path], target: dict[Hashable, Path], unit
         for n in touched:
             idle_s[n], busy_s[n] = _exact_parts(idle_t[n].values()), _exact_parts(busy_t[n].values())
             now_excess[n] = excess_with(n)
-        unit = pending.pop(j)
-        for k in unit:
+        for k in todo[j]:
             cur[k] = target[k]
         moved += 1
         crossed = set().union(*(by_link.get(link, ()) for link in d))
         for i in crossed:
-            if i in pending:
+            if alive[i]:
                 local(i)
         for i in set().union(*(by_node.get(n, ()) for n in touched)) - crossed:
-            if i in pending:
+            if alive[i]:
                 switches_changed(i, touched)
     return cur, moved
