@@ -155,12 +155,20 @@ def _shares(bottleneck, a_levels, secs=SECS, warm=4.0, cc_name="bwf_wc", tos=0x0
 
 def test_wc_increase_factor_sets_the_share(bottleneck):
     # 20 s each: drop-tail shares over 14 s strayed to 0.63 / 0.37 for an even pair (1 run in ~5)
+    rtr, dev = bottleneck[2:]
+    drops = [_fifo_drops(rtr, dev)]
     even, mbps = _shares(bottleneck, (1.0, 1.0), secs=20.0)
+    drops.append(_fifo_drops(rtr, dev))
     strong_first, _ = _shares(bottleneck, (1.0, 0.5), secs=20.0)      # alpha_w 1 vs 1/4
+    drops.append(_fifo_drops(rtr, dev))
     strong_second, _ = _shares(bottleneck, (0.5, 1.0), secs=20.0)
-    print(f"bottleneck used {mbps:.1f} Mb/s; shares even {even}, 1 vs 1/4 {strong_first}, "
-          f"1/4 vs 1 {strong_second}")
-    assert mbps > 36                                          # the pair keeps the 40 Mb/s link busy
+    drops.append(_fifo_drops(rtr, dev))
+    print(f"bottleneck used {mbps:.1f} Mb/s (a figure); shares even {even}, 1 vs 1/4 {strong_first}, "
+          f"1/4 vs 1 {strong_second}; FIFO drops {drops}")
+    # the pair is limited by the bottleneck, not by the senders: each run
+    # overflowed its FIFO (the Mb/s reached is a figure CI load moves: 34.9
+    # on one loaded run)
+    assert all(b > a for a, b in zip(drops, drops[1:])), drops
     assert 0.4 < even[0] < 0.6
     assert strong_first[0] / strong_first[1] > 1.3           # sqrt(4) = 2 in theory
     assert strong_second[1] / strong_second[0] > 1.3
