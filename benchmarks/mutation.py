@@ -49,7 +49,10 @@ TARGET_KILL_RATE = 0.90
 # tests of the source text rather than behaviour: in mutmut's copy every mutated module imports mutmut's
 # trampoline, which the layering test rightly calls a foreign dependency, and the named mutants' texts
 # appear once per trampoline copy -- they run in the suite, not here
-NOT_UNDER_MUTATION = ("tests/unit/test_architecture.py", "tests/unit/test_mutation_harness.py")
+# and the LESSOR fuzz run, whose outcome depends on which of the app's timers fire between two fuzzed
+# events -- how fast the code runs, which mutmut's trampolines change (its module's text says more)
+NOT_UNDER_MUTATION = ("tests/unit/test_architecture.py", "tests/unit/test_mutation_harness.py",
+                      "tests/unit/test_lessor_fuzz_property.py")
 # issue #33's twelve subtle mutants that survived the unit tests on 2026-11-26 (an operator flipped, a term
 # dropped): (what it breaks, module, the text replaced, its replacement, the unit tests that must kill it)
 NAMED = (

@@ -21,13 +21,15 @@ from experiments import results as R
 from experiments import configs
 from experiments.controller_proc import ControllerProcess
 from experiments.fabric import Fabric
-from experiments.traffic import run_long_flows, run_workload
+from experiments import pathprobe
+from experiments.traffic import IPERF_BASE_PORT, run_long_flows, run_workload
 from experiments.workloads import SizeCdf, open_loop_flows, permutation, stride
 from mininet_topos import builders
 from experiments.options import OptionError
 
 PATTERNS = ("permutation", "stride1", "stride2", "stride4", "stride5", "stride8", "stride10", "many2one", "random")
 APPS = ("single_path", "ecmp", "hedera", "lessor")
+PROBE_S = 1.0       # ECMP: how long the switch ports are watched for the paths the hash gave (in the warm-up)
 
 
 @dataclass
@@ -107,9 +109,22 @@ def _pairs(name: str, hosts: list[str], seed: int) -> list[tuple[str, str]]:
 
 def _known_paths(view: NetworkView, app: str, pairs) -> list[tuple[str, ...]] | None:
     if app != "single_path":
-        return None  # ECMP: the switches' hash picks the path; not known to us
+        return None  # ECMP: the switches' hash picks the path (observed, when probed); LESSOR/Hedera move flows
     routing = DestinationRouting(view, multipath=False)
     return [routing.single_path(s, d) for s, d in pairs]
+
+
+def _probes(app: str, cfg: "Config") -> bool:
+    """ECMP's paths are observed when the warm-up leaves room for the probe
+    (1 s after the start, ``PROBE_S`` long)."""
+    return app == "ecmp" and cfg.omit >= 1.0 + PROBE_S + 0.5
+
+
+def _observed_paths(view: NetworkView, pairs, counts) -> list[tuple[str, ...] | None]:
+    """Each pair's path as the probe saw it (pair i's iperf3 port is
+    ``IPERF_BASE_PORT + i``: run_long_flows)."""
+    flows = [(s, d, (view.ip(s), view.ip(d), IPERF_BASE_PORT + i)) for i, (s, d) in enumerate(pairs)]
+    return pathprobe.observed_paths(view, flows, counts)
 
 
 def run(cfg: Config, out_dir: Path) -> dict:
@@ -156,8 +171,13 @@ def run(cfg: Config, out_dir: Path) -> dict:
                 app_rep["ping_failures"] = fab.ping_pairs(sample)
                 for name, pairs in patterns.items():
                     stage(f"{app}: long flows ({name})")
-                    flows = run_long_flows(fab, pairs, cfg.long_duration, cfg.omit, progress=advance)
-                    app_rep["long"][name] = _long_report(view, app, pairs, flows, cfg, report)
+                    probe: dict = {}
+                    watch = list(pathprobe.probe_ports(view)) if _probes(app, cfg) else []
+                    during = (lambda: probe.update(counts=pathprobe.capture(watch, PROBE_S))) if watch else None
+                    flows = run_long_flows(fab, pairs, cfg.long_duration, cfg.omit, progress=advance,
+                                           during_warmup=during)
+                    observed = _observed_paths(view, pairs, probe["counts"]) if "counts" in probe else None
+                    app_rep["long"][name] = _long_report(view, app, pairs, flows, cfg, report, observed)
                 if cfg.workload:
                     stage(f"{app}: {cfg.workload} workload, load {cfg.load}")
                     wr = run_workload(fab, ws_flows, cfg.ws_duration, out_dir / f"workload-{app}",
@@ -193,10 +213,17 @@ def _lessor_state(path: Path) -> dict | None:
     return {k: st[k] for k in keys if k in st}
 
 
-def _long_report(view: NetworkView, app: str, pairs, flows, cfg: Config, report: dict) -> dict:
+def _long_report(view: NetworkView, app: str, pairs, flows, cfg: Config, report: dict,
+                 observed: list[tuple[str, ...] | None] | None = None) -> dict:
     measured = [f.mbps or 0.0 for f in flows]
     nb = R.non_blocking_ideal_mbps(view, pairs)
     paths = _known_paths(view, app, pairs)
+    if observed is not None:
+        if all(observed):
+            paths = observed
+        else:
+            report["warnings"].append(f"{app}: the path probe missed {sum(p is None for p in observed)} of "
+                                      f"{len(observed)} flows: paths not recorded")
     ideal = R.max_min_ideal_mbps(view, paths) if paths else None
     rates_for_envelope = ideal or nb
     envelope_paths = paths or [view.equal_cost_paths(s, d, limit=1)[0] for s, d in pairs]
@@ -213,6 +240,7 @@ def _long_report(view: NetworkView, app: str, pairs, flows, cfg: Config, report:
         "ratio_non_blocking": sum(measured) / sum(nb),
         "failed_flows": [f"{f.src}->{f.dst}: {f.error}" for f in flows if f.mbps is None],
         "pkt_hops_per_s": round(pkt_hops),
+        "paths_observed": observed is not None and all(observed),
         "flows": [{"src": f.src, "dst": f.dst, "mbps": f.mbps,
                    "ideal_mbps": ideal[i] if ideal else None, "path": paths[i] if paths else None}
                   for i, f in enumerate(flows)],

@@ -26,9 +26,12 @@ class LongFlowResult:
 
 
 def run_long_flows(fab: Fabric, pairs: list[tuple[str, str]], duration_s: float = 20,
-                   omit_s: float = 3, progress=None) -> list[LongFlowResult]:
+                   omit_s: float = 3, progress=None, during_warmup=None) -> list[LongFlowResult]:
     """One iperf3 TCP flow per pair, all at once; goodput measured at the
-    receiver over ``duration_s`` after ``omit_s`` of warm-up."""
+    receiver over ``duration_s`` after ``omit_s`` of warm-up. Pair i's
+    server listens on ``IPERF_BASE_PORT + i``. ``during_warmup()``, if
+    given, runs 1 s after the clients start (inside the warm-up when
+    ``omit_s`` leaves it room: it must return before the warm-up ends)."""
     servers = []
     for i, (_, dst) in enumerate(pairs):
         port = IPERF_BASE_PORT + i
@@ -39,7 +42,15 @@ def run_long_flows(fab: Fabric, pairs: list[tuple[str, str]], duration_s: float 
         cmd = ["timeout", str(int(duration_s + omit_s + 30)), "iperf3", "-c", fab.ip(dst),
                "-p", str(IPERF_BASE_PORT + i), "-t", str(duration_s), "-O", str(omit_s), "-J"]
         clients.append(fab.endpoint(src).popen(cmd))
-    _wait(duration_s + omit_s + 2, progress)
+    waited = 0.0
+    if during_warmup is not None:
+        t0 = time.monotonic()
+        _wait(1.0, progress)
+        during_warmup()
+        waited = time.monotonic() - t0
+        if progress is not None:
+            progress(waited - 1.0)
+    _wait(max(0.0, duration_s + omit_s + 2 - waited), progress)
     results = []
     for (src, dst), proc in zip(pairs, clients):
         out, err = proc.communicate(timeout=60)

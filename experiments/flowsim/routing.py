@@ -117,6 +117,28 @@ class EcmpRouter:
         return math.inf
 
 
+class PinnedRouter(EcmpRouter):
+    """ECMP with the paths of some (source host, destination host) pairs
+    given: an emulated run's own hash draw, as the switches took it
+    (``experiments.pathprobe``), replayed so the sharing is compared on the
+    same paths. Pairs not given follow the ECMP groups."""
+
+    def __init__(self, net: SimNet, paths: dict[tuple[str, str], tuple[str, ...]]):
+        super().__init__(net, multipath=True)
+        for (src, dst), path in paths.items():
+            path = tuple(path)
+            if len(path) < 2 or path[0] != src or path[-1] != dst:
+                raise SimError(f"pinned path {path!r} does not run from {src} to {dst}")
+            missing = [(u, v) for u, v in zip(path, path[1:]) if (u, v) not in net.link_index]
+            if missing:
+                raise SimError(f"pinned path {path!r} from {src} to {dst}: no link {missing[0]}")
+        self.pinned = {k: tuple(p) for k, p in paths.items()}
+
+    def path(self, key: tuple, key_hash: int, src: str, dst: str) -> tuple[str, ...] | None:
+        got = self.pinned.get((src, dst))
+        return got if got is not None else self.default_path(key, key_hash, src, dst)
+
+
 class TeRouter(EcmpRouter):
     """LESSOR or Hedera in the loop (see the module's text)."""
     controller = True

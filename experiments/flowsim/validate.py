@@ -12,9 +12,12 @@ same connections and the same routing app:
 - ``routing-comparison`` results (``fidelity``, ``lessor-permutation``:
   long flows in stride and permutation patterns): the same pairs, compared
   on the aggregate rate after the warm-up. ECMP's paths hang on the
-  switches' hash of the emulator's random ephemeral ports: the simulator
-  reports the mean over ``draws`` port draws with its range, and the
-  emulated run is one draw.
+  switches' hash of the emulator's random ephemeral ports: the emulated
+  run is one draw. Where the run observed its paths (``pathprobe``: the
+  switch ports each flow left by), the simulator replays that draw
+  (``PinnedRouter``) and the ratio is on the same paths; the mean and
+  range over ``draws`` of its own hash are reported beside it (the only
+  comparison for runs without observed paths).
 
 Prints one row per run: emulated, simulated, their ratio, and whether it
 is within the issue's bounds (aggregate within 10 %, mean FCT within 20 %).
@@ -31,7 +34,7 @@ import numpy as np
 
 from experiments.flowsim.engine import Engine, Flows
 from experiments.flowsim.net import SimError, SimNet
-from experiments.flowsim.routing import make_router
+from experiments.flowsim.routing import PinnedRouter, make_router
 
 AGG_BOUND, FCT_BOUND = 0.10, 0.20
 ECMP_DRAWS = 20
@@ -104,12 +107,17 @@ def routing_comparison_rows(path: Path, draws: int = ECMP_DRAWS) -> list[dict]:
             flows = Flows(np.array([net.endpoint(a) for a, _ in pairs]), np.array([net.endpoint(b) for _, b in pairs]),
                           np.zeros(len(pairs)), np.full(len(pairs), 1e12))
             end = math.ceil(omit + duration)
+            window = (math.ceil(omit), end)
             sims = []
             for d in range(draws if app == "ecmp" else 1):
                 res = Engine(net, _router(net, app), "fair", 0.0, port_seed=d).run(flows, end)
-                sims.append(res.aggregate_bps((math.ceil(omit), end)) / 1e6)
-            rows.append(_row(pattern, "-", app, long["aggregate_mbps"], float(np.mean(sims)), None, None,
-                             extra={"sim_range_mbps": [min(sims), max(sims)], "draws": len(sims)}))
+                sims.append(res.aggregate_bps(window) / 1e6)
+            sim, extra = float(np.mean(sims)), {"sim_range_mbps": [min(sims), max(sims)], "draws": len(sims)}
+            if app == "ecmp" and long.get("paths_observed"):
+                pinned = PinnedRouter(net, {(f["src"], f["dst"]): tuple(f["path"]) for f in long["flows"]})
+                sim = Engine(net, pinned, "fair", 0.0).run(flows, end).aggregate_bps(window) / 1e6
+                extra.update(same_paths=True, sim_draws_mean_mbps=float(np.mean(sims)))
+            rows.append(_row(pattern, "-", app, long["aggregate_mbps"], sim, None, None, extra=extra))
     return rows
 
 
@@ -144,6 +152,10 @@ def print_rows(rows: list[dict]) -> None:
         fr = "-" if r["fct_ratio"] is None else f"{r['fct_ratio']:.2f}"
         rng = f" (sim {r['sim_range_mbps'][0]:.0f}-{r['sim_range_mbps'][1]:.0f} over {r['draws']} hash draws)" \
             if r.get("draws", 1) > 1 else ""
+        if r.get("same_paths"):
+            lo, hi = r["sim_range_mbps"]
+            rng = (f" (on the run's observed paths; the simulator's own {r['draws']} hash draws: "
+                   f"mean {r['sim_draws_mean_mbps']:.0f}, {lo:.0f}-{hi:.0f})")
         print(f"{r['workload']:<12} {r['load']:>4} {r['app']:<12} {r['emu_aggregate_mbps']:>8.1f} "
               f"{r['sim_aggregate_mbps']:>8.1f} {r['aggregate_ratio']:>6.2f} {fe:>8} {fs:>8} {fr:>6}  "
               f"{'yes' if r['within'] else 'NO'}{rng}")
