@@ -238,7 +238,22 @@ class FakeNetwork:
                 return trace
             in_port = self.view.port(peer, node)
             node = peer
-        raise RuntimeError(f"forwarding loop: {trace.path}")
+        first = trace.hops[0]
+        raise RuntimeError(f"forwarding loop: {trace.path}; the packet {pkt}; entries met: "
+                           + " | ".join(self._explain(h.switch, h.in_port, h.pkt) for h in trace.hops[:2])
+                           + f" (first hop in at port {first.in_port})")
+
+    def _explain(self, switch: str, in_port: int, pkt: dict[str, Any]) -> str:
+        """What each table of ``switch`` matches for ``pkt`` (a loop's diagnosis)."""
+        sw = self.switches[switch]
+        found = []
+        for table in sorted({e.flow.table_id for e in sw.entries.values()}):
+            e = sw.lookup(table, dict(pkt, in_port=in_port))
+            if e is not None:
+                found.append(f"t{table} prio {e.flow.priority} cookie {e.flow.cookie:#x} "
+                             f"{dict(e.flow.match.items()) if hasattr(e.flow.match, 'items') else e.flow.match} "
+                             f"-> {e.flow.instructions}"[:400])
+        return f"{switch}: " + "; ".join(found) + f"; groups {sorted(sw.groups)}"
 
     def _process(self, sw: FakeSwitch, in_port: int, pkt: dict[str, Any]):
         pkt = dict(pkt, in_port=in_port)

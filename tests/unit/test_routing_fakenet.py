@@ -168,3 +168,20 @@ def test_a_hosts_vm_block_is_routed_to_it_and_only_it(app):
         stray.update(ipv4_dst="10.1.9.16")                           # just past the /28
         assert net.trace(src, stray).delivered_to is None
     assert view.host_by_ip("10.1.9.3") == "h9" and view.host_by_ip("10.1.9.16") is None
+
+
+def test_a_forwarding_loop_is_reported_with_the_entries_that_made_it():
+    """The fake network names the entries of a loop's first two switches
+    (what the fuzz test prints when one appears)."""
+    view = NetworkView(builders.build("fattree"))
+    net = FakeNetwork(view)
+    src, dst = view.hosts[0], view.hosts[-1]
+    tor, _ = view.host_switch(src)
+    agg = [n for n in view.next_hops(tor, dst)][0]
+    for sw, peer, cookie in ((tor, agg, 0xAB), (agg, tor, 0xCD)):
+        net.apply(sw, [ofmsg.FlowMod(0, 7, ofmsg.Match.of(eth_type=ofmsg.ETH_TYPE_IP, ipv4_dst=view.ip(dst)),
+                                     (ofmsg.ApplyActions((ofmsg.Output(view.port(sw, peer)),)),), cookie=cookie)])
+    with pytest.raises(RuntimeError, match="forwarding loop") as err:
+        net.trace(src, net.packet(src, dst))
+    text = str(err.value)
+    assert f"{tor}: t0 prio 7 cookie 0xab" in text and f"{agg}: t0 prio 7 cookie 0xcd" in text, text
