@@ -296,3 +296,93 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
             break
         rounds += 1
     return rounds
+
+
+@njit(cache=True)
+def path_load(x, path_links, path_hops, n_links):
+    """Load per link of flow ``x[q]`` on each path q."""
+    load = np.zeros(n_links)
+    for q in range(path_links.shape[0]):
+        for h in range(path_hops[q]):
+            load[path_links[q, h]] += x[q]
+    return load
+
+
+@njit(cache=True)
+def path_bottleneck(cap, path_links, path_hops):
+    """Per path, its least link capacity (inf for a path of no links)."""
+    out = np.full(path_links.shape[0], np.inf)
+    for q in range(path_links.shape[0]):
+        for h in range(path_hops[q]):
+            c = cap[path_links[q, h]]
+            if c < out[q]:
+                out[q] = c
+    return out
+
+
+@njit(cache=True)
+def links_crossed(path_links, path_hops, n_links):
+    """Which links some path crosses."""
+    on = np.zeros(n_links, dtype=np.bool_)
+    for q in range(path_links.shape[0]):
+        for h in range(path_hops[q]):
+            on[path_links[q, h]] = True
+    return on
+
+
+@njit(cache=True)
+def greedy_place(flow_group, flow_demand, group_start, path_links, path_hops, fractional, limit, safe_cap, load,
+                 flow_path):
+    """The greedy one-path routing of :func:`apps.lessor.placement._greedy_and_negotiate`,
+    flows in the given order: each takes, among its group's paths on which
+    it fits within ``limit`` (1e-9 of slack), the one with the most of the
+    fractional flow not yet handed out (ties: the first); if none fits, the
+    lowest peak utilisation after it, then the lowest total (ties: the
+    first). Fills ``flow_path`` (flat path indices) and ``load``."""
+    handed = np.zeros(fractional.shape[0])
+    for i in range(flow_group.shape[0]):
+        g = flow_group[i]
+        d = flow_demand[i]
+        best_free = -1
+        best_left = -np.inf
+        best_any = -1
+        best_worst = np.inf
+        best_total = np.inf
+        for q in range(group_start[g], group_start[g + 1]):
+            fits = True
+            worst = -np.inf
+            total = 0.0
+            for h in range(path_hops[q]):
+                e = path_links[q, h]
+                after = load[e] + d
+                if not after <= limit[e] * (1 + 1e-9):
+                    fits = False
+                u = after / safe_cap[e]
+                if u > worst:
+                    worst = u
+                total += u
+            if fits:
+                left = fractional[q] - handed[q]
+                if best_free < 0 or left > best_left:
+                    best_free = q
+                    best_left = left
+            if best_any < 0 or worst < best_worst or (worst == best_worst and total < best_total):
+                best_any = q
+                best_worst = worst
+                best_total = total
+        q = best_free if best_free >= 0 else best_any
+        for h in range(path_hops[q]):
+            load[path_links[q, h]] += d
+        handed[q] += d
+        flow_path[i] = q
+
+
+@njit(cache=True)
+def flow_load(flow_path, flow_demand, path_links, path_hops, n_links):
+    """Load per link of flows ``flow_demand[i]`` on flat paths ``flow_path[i]``."""
+    load = np.zeros(n_links)
+    for i in range(flow_path.shape[0]):
+        q = flow_path[i]
+        for h in range(path_hops[q]):
+            load[path_links[q, h]] += flow_demand[i]
+    return load

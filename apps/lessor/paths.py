@@ -23,13 +23,27 @@ class PathDictionary:
         self.links: list[tuple[str, str]] = links
         self.index = {lk: i for i, lk in enumerate(links)}
         self.capacity = np.array([view.capacity(u, v) for u, v in links], dtype=float)
+        self.nodes = sorted({n for lk in links for n in lk})
+        self.node_id = {n: i for i, n in enumerate(self.nodes)}
+        self._tail = np.array([self.node_id[u] for u, _ in links], dtype=np.int64)
+        self._head = np.array([self.node_id[v] for _, v in links], dtype=np.int64)
         self._version = view.version
         self._paths: dict[tuple[str, str], tuple[list[tuple[str, ...]], np.ndarray]] = {}
+        self._alive: np.ndarray | None = None
 
     def _refresh(self) -> None:
         if self.view.version != self._version:
             self._paths.clear()
+            self._alive = None
             self._version = self.view.version
+
+    def link_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per link: its tail's and head's index in :attr:`nodes`, and
+        whether it is up now (kept until the view's link state changes)."""
+        self._refresh()
+        if self._alive is None:
+            self._alive = np.array([self.view.link_up(u, v) for u, v in self.links], dtype=bool)
+        return self._tail, self._head, self._alive
 
     def paths(self, src_tor: str, dst_tor: str) -> tuple[list[tuple[str, ...]], np.ndarray]:
         """(node paths, link-index array of shape (n_paths, hops)); empty

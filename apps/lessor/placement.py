@@ -85,7 +85,11 @@ def place(groups, order, fractional: list[np.ndarray], group_start: np.ndarray,
 def integral_floor(groups, order) -> float:
     """A lower bound on any one-path routing's peak utilisation: the
     largest flow's demand over the widest bottleneck among its paths."""
-    return max((f.demand / float(groups[gi].bottleneck.max()) for gi, f in order), default=0.0)
+    widest: dict[int, float] = {}
+    for gi, _ in order:
+        if gi not in widest:
+            widest[gi] = float(groups[gi].bottleneck.max())
+    return max((f.demand / widest[gi] for gi, f in order), default=0.0)
 
 
 def _group_shuffle(order, n_groups: int, seed: int):
@@ -113,36 +117,19 @@ def _greedy_and_negotiate(groups, order, fractional, group_start, path_links, pa
 
     limit = target_util * safe_cap
     load = np.zeros(len(safe_cap))
-    handed = [np.zeros(len(g.nodes)) for g in groups]
     n = len(order)
-    flow_group = np.empty(n, dtype=np.int64)
-    flow_demand = np.empty(n)
+    flow_group = np.fromiter((gi for gi, _ in order), dtype=np.int64, count=n)
+    flow_demand = np.fromiter((f.demand for _, f in order), dtype=float, count=n)
     flow_path = np.empty(n, dtype=np.int64)
-    for i, (gi, f) in enumerate(order):
-        idx = groups[gi].idx
-        after = load[idx] + f.demand
-        free = np.flatnonzero((after <= limit[idx] * (1 + 1e-9)).all(axis=1))
-        if len(free):
-            left = fractional[gi][free] - handed[gi][free]
-            p = int(free[np.argmax(left)])          # the most left; ties: the first (free is sorted)
-        else:
-            util = after / safe_cap[idx]
-            worst, total = util.max(axis=1), util.sum(axis=1)
-            p = int(np.lexsort((total, worst))[0])  # the lowest peak, then total; ties: the first (stable)
-        load[idx[p]] += f.demand
-        handed[gi][p] += f.demand
-        flow_group[i], flow_demand[i] = gi, f.demand
-        flow_path[i] = group_start[gi] + p
+    K.greedy_place(flow_group, flow_demand, group_start, path_links, path_hops,
+                   np.concatenate(fractional) if fractional else np.zeros(0), limit, safe_cap, load, flow_path)
     iterations = 0
     if (load > limit * (1 + 1e-9)).any():
         iterations, _ = K.negotiate(flow_group, flow_demand, flow_path, group_start, path_links,
                                     path_hops, safe_cap, limit, load, NEGOTIATION_ITERATIONS,
                                     PRESENT0, PRESENT_GROWTH, HISTORY_STEP, NEGOTIATION_STALL)
         # negotiate keeps its best routing but leaves ``load`` as of its last round
-        load[:] = 0.0
-        for i in range(n):
-            q = flow_path[i]
-            load[path_links[q, :path_hops[q]]] += flow_demand[i]
+        load = K.flow_load(flow_path, flow_demand, path_links, path_hops, len(safe_cap))
         iterations += K.bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_links,
                                           path_hops, safe_cap, load, BOTTLENECK_ROUNDS)
     paths = {f.key: int(flow_path[i] - group_start[gi]) for i, (gi, f) in enumerate(order)}

@@ -180,8 +180,7 @@ def _groups(flows: Iterable[LongFlow], paths: PathDictionary,
             continue
         if demand < MIN_DEMAND_BPS:
             continue
-        groups.append(_Group(key, fl, demand, nodes, idx, cap[idx].min(axis=1),
-                             np.zeros(len(nodes))))
+        groups.append(_Group(key, fl, demand, nodes, idx, np.zeros(0), np.zeros(0)))   # arrays: _flatten
     return groups, local, unroutable
 
 
@@ -193,23 +192,23 @@ def _cut_bound(groups: list[_Group], paths: PathDictionary, cap: np.ndarray) -> 
     for g in groups:
         out_dem[g.key[0]] = out_dem.get(g.key[0], 0.0) + g.demand
         in_dem[g.key[1]] = in_dem.get(g.key[1], 0.0) + g.demand
-    out_cap: dict[str, float] = {}
-    in_cap: dict[str, float] = {}
-    for i, (u, v) in enumerate(paths.links):
-        if paths.up(i):
-            out_cap[u] = out_cap.get(u, 0.0) + cap[i]
-            in_cap[v] = in_cap.get(v, 0.0) + cap[i]
+    tail, head, alive = paths.link_ends()
+    live = np.where(alive, cap, 0.0)
+    out_cap = np.bincount(tail, weights=live, minlength=len(paths.nodes))
+    in_cap = np.bincount(head, weights=live, minlength=len(paths.nodes))
     bound = math.inf
     for tor, d in out_dem.items():
-        bound = min(bound, out_cap.get(tor, 0.0) / d)
+        bound = min(bound, float(out_cap[paths.node_id[tor]]) / d)
     for tor, d in in_dem.items():
-        bound = min(bound, in_cap.get(tor, 0.0) / d)
+        bound = min(bound, float(in_cap[paths.node_id[tor]]) / d)
     return bound
 
 
-def _flatten(groups: list[_Group]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _flatten(groups: list[_Group], cap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                              np.ndarray]:
     """Concatenate the groups' paths for the compiled kernels; each group's
-    ``x`` becomes a view into the flat per-path flow array."""
+    ``x`` and ``bottleneck`` become views into the flat per-path arrays
+    (returned: links, hops, group starts, flow, bottleneck)."""
     n_paths = sum(len(g.nodes) for g in groups)
     hops = max(g.idx.shape[1] for g in groups)
     path_links = np.zeros((n_paths, hops), dtype=np.int64)
@@ -224,7 +223,11 @@ def _flatten(groups: list[_Group]) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
         g.x = x[q:q + n]
         q += n
         group_start[j + 1] = q
-    return path_links, path_hops, group_start, x
+    from apps.lessor import _kernels as K
+    bottleneck = K.path_bottleneck(cap, path_links, path_hops)
+    for j, g in enumerate(groups):
+        g.bottleneck = bottleneck[group_start[j]:group_start[j + 1]]
+    return path_links, path_hops, group_start, x, bottleneck
 
 
 def check_epsilon(epsilon: float) -> None:
@@ -467,11 +470,9 @@ def _place_all(flows: list[LongFlow], paths: PathDictionary, cap: np.ndarray, ep
         return Allocation(math.inf, math.inf, {}, flow_path, flow_rate, math.inf,
                           seconds=time.perf_counter() - t_start, stopped_by="no fabric demand",
                           unroutable=unroutable)
-    path_links, path_hops, group_start, x = _flatten(groups)
-    bottleneck = np.concatenate([g.bottleneck for g in groups])
-    on_path = np.zeros(len(cap), dtype=bool)
-    on_path[path_links[_hop_mask(path_links, path_hops)]] = True
-    used = np.flatnonzero(on_path)      # the links some candidate path crosses
+    path_links, path_hops, group_start, x, bottleneck = _flatten(groups, cap)
+    from apps.lessor import _kernels as K
+    used = np.flatnonzero(K.links_crossed(path_links, path_hops, len(cap)))   # the links some path crosses
     scale = _cut_bound(groups, paths, cap)
     if not scale > 0:  # every group has a path of positive capacity, so this cannot happen
         raise AssertionError(f"PMPT: cut bound {scale} for groups that all have paths")
@@ -505,16 +506,10 @@ def _place_all(flows: list[LongFlow], paths: PathDictionary, cap: np.ndarray, ep
                       phases, steps, time.perf_counter() - t_start, stopped_by, unroutable, method)
 
 
-def _hop_mask(path_links: np.ndarray, path_hops: np.ndarray) -> np.ndarray:
-    """Which entries of the padded ``path_links`` are a path's links."""
-    return np.arange(path_links.shape[1])[None, :] < path_hops[:, None]
-
-
 def _path_load(x: np.ndarray, path_links: np.ndarray, path_hops: np.ndarray, n_links: int) -> np.ndarray:
     """Load per link of flow ``x`` per path."""
-    hop = _hop_mask(path_links, path_hops)
-    return np.bincount(path_links[hop], weights=np.broadcast_to(x[:, None], path_links.shape)[hop],
-                       minlength=n_links)
+    from apps.lessor import _kernels as K
+    return K.path_load(np.ascontiguousarray(x, dtype=float), path_links, path_hops, n_links)
 
 
 # Primal windows: the flow of the phases since the last power of two at or below half the phases run

@@ -239,7 +239,7 @@ def _scaled_instance(k, seed, n, cap_spread=None):
         cap *= np.random.default_rng(seed).uniform(cap_spread, 1.0, len(cap))
     flows = [f for f in _random_flows(view, random.Random(seed), n) if f.src_tor != f.dst_tor]
     groups, _, _ = _groups(flows, pd, cap)
-    path_links, path_hops, group_start, _ = _flatten(groups)
+    path_links, path_hops, group_start, _, _ = _flatten(groups, cap)
     scale = _cut_bound(groups, pd, cap)
     used = np.unique(np.concatenate([g.idx.ravel() for g in groups]))
     return groups, (path_links, path_hops, group_start), scale, np.array([g.demand * scale for g in groups]), used, cap
@@ -314,7 +314,7 @@ def test_placement_stops_at_the_floor_no_one_path_routing_goes_below():
     negotiation round runs (at k = 32 they and the bottleneck search spent
     25 s on a peak they could not lower)."""
     from apps.lessor.placement import integral_floor
-    from apps.lessor.pmpt import _groups
+    from apps.lessor.pmpt import _flatten, _groups
     view = NetworkView(builders.fattree(4, link_mbps=10))
     pd = PathDictionary(view)
     flows = [LongFlow("big", "e0_0", "e1_0", 10e6), LongFlow("s1", "e0_1", "e2_0", 1e6),
@@ -323,6 +323,7 @@ def test_placement_stops_at_the_floor_no_one_path_routing_goes_below():
     assert (1 + 0.05) / a.lam < 1.0
     assert a.placement == "greedy" and a.integral_lam == pytest.approx(1.0)
     groups = _groups(flows, pd, pd.capacity)[0]
+    _flatten(groups, pd.capacity)                    # the groups' paths' bottlenecks
     order = [(gi, f) for gi, g in enumerate(groups) for f in g.flows]
     assert integral_floor(groups, order) == pytest.approx(1.0)
     assert integral_floor(groups, [o for o in order if o[1].key != "big"]) == pytest.approx(0.2)
@@ -365,3 +366,86 @@ def test_the_fractional_paths_are_the_flow_the_phases_found():
     for key, paths in a.group_paths.items():
         demand = sum(f.demand for f in fabric if (f.src_tor, f.dst_tor) == key)
         assert sum(bw for _, bw in paths) == pytest.approx(a.lam * demand, rel=0.05)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), max_size=4), min_size=1, max_size=12),
+       st.lists(st.floats(0, 1e10), min_size=6, max_size=6), st.lists(st.floats(0, 1e9), min_size=12, max_size=12))
+def test_the_flat_path_kernels_are_the_array_formulas(paths, cap, x):
+    """The compiled per-path kernels PMPT uses on its flat arrays: a path's
+    bottleneck is its least capacity (inf for no link), a link's load the
+    flow of the paths crossing it, and the links crossed are those some
+    path names -- each against the padded-array formula it replaced."""
+    import numpy as np
+    from apps.lessor import _kernels as K
+    hops = max(len(p) for p in paths)
+    pl = np.zeros((len(paths), hops), dtype=np.int64)
+    ph = np.array([len(p) for p in paths], dtype=np.int64)
+    for q, p in enumerate(paths):
+        pl[q, :len(p)] = p
+        pl[q, len(p):] = 5                      # padding pointing at a real link: must be ignored
+    cap, x = np.array(cap), np.array(x[:len(paths)])
+    hop = np.arange(hops)[None, :] < ph[:, None]
+    want_bn = np.where(hop, cap[pl], np.inf).min(axis=1) if hops else np.full(len(paths), np.inf)
+    assert np.array_equal(K.path_bottleneck(cap, pl, ph), want_bn)
+    want_load = np.bincount(pl[hop], weights=np.broadcast_to(x[:, None], pl.shape)[hop], minlength=6)
+    assert np.allclose(K.path_load(x, pl, ph, 6), want_load, rtol=1e-12, atol=0)
+    want_on = np.zeros(6, dtype=bool)
+    want_on[pl[hop]] = True
+    assert np.array_equal(K.links_crossed(pl, ph, 6), want_on)
+
+
+def _greedy_reference(flow_group, flow_demand, group_start, path_links, path_hops, fractional, limit, safe_cap):
+    """The greedy as placement.py wrote it in numpy before the kernel (the oracle)."""
+    import numpy as np
+    load = np.zeros(len(safe_cap))
+    handed = np.zeros(len(fractional))
+    out = []
+    for g, d in zip(flow_group, flow_demand):
+        qs = np.arange(group_start[g], group_start[g + 1])
+        idx = path_links[qs, :path_hops[qs[0]]]
+        after = load[idx] + d
+        free = np.flatnonzero((after <= limit[idx] * (1 + 1e-9)).all(axis=1))
+        if len(free):
+            p = int(free[np.argmax(fractional[qs][free] - handed[qs][free])])
+        else:
+            util = after / safe_cap[idx]
+            p = int(np.lexsort((util.sum(axis=1), util.max(axis=1)))[0])
+        load[idx[p]] += d
+        handed[qs[p]] += d
+        out.append(int(qs[p]))
+    return out, load
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 60), st.floats(0.3, 1.5), st.booleans())
+def test_the_greedy_kernel_is_the_numpy_greedy(seed, n_flows, target, ties):
+    """apps.lessor._kernels.greedy_place chooses what the numpy greedy it
+    replaced chose, flow by flow (ties included: equal fractional flows and
+    equal capacities), and leaves the same load."""
+    import numpy as np
+    from apps.lessor import _kernels as K
+    from apps.lessor.pmpt import _flatten, _groups
+    rng = np.random.default_rng(seed)
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    cap = np.array(pd.capacity) if ties else pd.capacity * rng.uniform(0.2, 1.0, len(pd.capacity))
+    tors = [s for s in view.switches if s.startswith("e")]
+    flows = [LongFlow(i, *rng.choice(tors, 2, replace=False), float(rng.choice([1e6, 2e6, 5e6]) if ties
+                                                                        else rng.uniform(0.1e6, 8e6)))
+             for i in range(n_flows)]
+    groups, _, _ = _groups(flows, pd, cap)
+    path_links, path_hops, group_start, _, _ = _flatten(groups, cap)
+    fractional = np.round(rng.uniform(0, 4e6, len(path_hops)), -6) if ties else rng.uniform(0, 4e6, len(path_hops))
+    order = [(gi, f) for gi, g in enumerate(groups) for f in g.flows]
+    rng.shuffle(order)
+    fg = np.array([gi for gi, _ in order], dtype=np.int64)
+    fd = np.array([f.demand for _, f in order])
+    safe = np.where(cap > 0, cap, 1.0)
+    limit = target * safe
+    want, want_load = _greedy_reference(fg, fd, group_start, path_links, path_hops, fractional, limit, safe)
+    got, load = np.empty(len(fg), dtype=np.int64), np.zeros(len(cap))
+    K.greedy_place(fg, fd, group_start, path_links, path_hops, fractional, limit, safe, load, got)
+    assert list(got) == want
+    assert np.allclose(load, want_load, rtol=1e-12, atol=0)
+    assert np.allclose(K.flow_load(got, fd, path_links, path_hops, len(cap)), want_load, rtol=1e-12, atol=0)
