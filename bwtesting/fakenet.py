@@ -184,8 +184,14 @@ class FakeNetwork:
                                                 for b in gm.buckets):
                 return None
             return tuple(b.actions[0].port for b in gm.buckets)
+        def output(fm: ofmsg.FlowMod):
+            ports = [a.port for ins in fm.instructions if isinstance(ins, ofmsg.ApplyActions)
+                     for a in ins.actions if isinstance(a, ofmsg.Output)]
+            return ports[0] if len(ports) == 1 else None
+        outs = {k: output(e.flow) for k, e in sw.entries.items()}
         return ofmsg.Held(flows={k: e.flow.cookie for k, e in sw.entries.items()},
-                          groups={gid: layout(gm) for gid, gm in sw.groups.items()}, meters=set(sw.meters))
+                          groups={gid: layout(gm) for gid, gm in sw.groups.items()}, meters=set(sw.meters),
+                          outputs={k: p for k, p in outs.items() if p is not None})
 
     def errors(self) -> dict[str, list[str]]:
         return {n: s.errors for n, s in self.switches.items() if s.errors}

@@ -31,7 +31,10 @@ def bodies(held: ofmsg.Held) -> dict[str, tuple[type, list]]:
     """Request class name -> (reply event class, reply body) for what ``held`` says."""
     flows = [parser.OFPFlowStats(table_id=t, duration_sec=0, duration_nsec=0, priority=p, idle_timeout=0,
                                  hard_timeout=0, flags=0, cookie=c, packet_count=0, byte_count=0,
-                                 match=parser.OFPMatch(**m.as_dict()), instructions=[])
+                                 match=parser.OFPMatch(**m.as_dict()),
+                                 instructions=[] if (t, p, m) not in held.outputs else [
+                                     parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                                                  [parser.OFPActionOutput(held.outputs[(t, p, m)])])])
              for (t, p, m), c in held.flows.items()]
     groups = [parser.OFPGroupDescStats(ofp.OFPGT_SELECT if layout is not None else ofp.OFPGT_ALL, gid,
                                        [parser.OFPBucket(1, port, ofp.OFPG_ANY, [parser.OFPActionOutput(port)])

@@ -319,7 +319,8 @@ class ForwardingApp(FabricApp):
         self._reading_done(switch, reading)
         held = ofmsg.Held(flows=ofread.flows(reading.bodies.get("flows", ())),
                           groups=ofread.groups(reading.bodies.get("groups", ())),
-                          meters=ofread.meters(reading.bodies.get("meters", ())))
+                          meters=ofread.meters(reading.bodies.get("meters", ())),
+                          outputs=ofread.outputs(reading.bodies.get("flows", ())))
         msgs = self.logic.switch_reconciled(switch, held)
         self.reconciles["read"] = self.reconciles.get("read", 0) + 1
         self.last_reconcile[switch] = {"held_flows": len(held.flows), "held_groups": len(held.groups),

@@ -255,10 +255,13 @@ class Held:
     ``flows``: each entry's (table, priority, match) -> its cookie.
     ``groups``: group id -> the output port of each bucket in order, for a
     select group whose every bucket is one output (what routing installs);
-    None for any other group. ``meters``: the meter ids."""
+    None for any other group. ``meters``: the meter ids. ``outputs``: the
+    port of each entry whose actions output to exactly one port (absent:
+    none or several) -- where an adopted entry sends its flow."""
     flows: dict[tuple[int, int, Match], int] = field(default_factory=dict)
     groups: dict[int, tuple[int, ...] | None] = field(default_factory=dict)
     meters: set[int] = field(default_factory=set)
+    outputs: dict[tuple[int, int, Match], int] = field(default_factory=dict)
 
     def owned(self, app_cookie: int) -> list[tuple[int, int, Match]]:
         """The keys of the entries whose cookie is an app's (top 16 bits), in order."""

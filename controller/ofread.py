@@ -31,6 +31,18 @@ def flows(bodies: Iterable[Any]) -> dict[tuple[int, int, ofmsg.Match], int]:
     return {(s.table_id, s.priority, match_of(s.match)): s.cookie for s in bodies}
 
 
+def outputs(bodies: Iterable[Any]) -> dict[tuple[int, int, ofmsg.Match], int]:
+    """(table, priority, match) -> the output port of every entry whose
+    instructions' actions output to exactly one port."""
+    out = {}
+    for s in bodies:
+        ports = [a.port for ins in (s.instructions or ()) for a in (getattr(ins, "actions", None) or ())
+                 if getattr(a, "type", None) == OFPAT_OUTPUT]
+        if len(ports) == 1:
+            out[(s.table_id, s.priority, match_of(s.match))] = ports[0]
+    return out
+
+
 def layout(group: Any) -> tuple[int, ...] | None:
     """A select group's output port per bucket, or None if it is any other
     group (another type, or a bucket that is not exactly one output)."""

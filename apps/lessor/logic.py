@@ -115,6 +115,10 @@ class LessorLogic:
         self.policed: dict[FiveTuple, Policed] = {}
         self.unpoliced = 0        # flows police() wanted held but found no free meter id for
         self.meter_changes = {"add": 0, "modify": 0, "delete": 0}   # police()'s meter messages so far
+        # exact entries a switch held when it (re)connected that no flow of ours owns, kept where they send
+        # their flow one hop closer to its destination: switch -> (priority, match) -> output port
+        self.adopted: dict[str, dict[tuple[int, ofmsg.Match], int]] = {}
+        self.adopted_deleted = 0  # held or adopted entries deleted for sending a flow elsewhere
 
     def set_bg(self, policy: BgPolicy) -> dict[str, list[ofmsg.Message]]:
         """The declared tenants' BG (a reload brings a new one): every VM's
@@ -162,6 +166,16 @@ class LessorLogic:
         flow ends (idle time-out), or an allocation places it anew (an entry
         added over it), or a link it outputs to goes down -- those are
         deleted now and at every link failure (:meth:`_dead_port_entries`).
+        An adopted entry must send its flow downhill: to a neighbour one hop
+        nearer its destination than this switch, now and after every link
+        change (:meth:`_recheck_adopted`). Every other hop -- routes and
+        installed paths alike -- goes downhill, so no packet can loop; an
+        entry that does not (or whose output or destination is unknown) is
+        deleted and its flow falls back to the routes. (An entry a link
+        failure deleted everywhere else while this switch was disconnected
+        came back here, pointing at an aggregation switch whose uplinks were
+        gone, which sent the flow back down: a forwarding loop, found by the
+        fuzz test.)
         LESSOR meters it holds that no policed flow wants are deleted (with
         the entries that use them: those flows fall back to the routes)."""
         msgs = self.routing.switch_reconciled(switch, held)
@@ -171,7 +185,48 @@ class LessorLogic:
                 if METER_LESSOR_BASE <= mid < METER_LESSOR_BASE + METER_LESSOR_SLOTS and mid not in kept]
         self.meter_changes["delete"] += len(dead)
         down = [port for port in self._ports(switch) if not self._port_up(switch, port)]
-        return [*msgs, *self._dead_port_entries(switch, down), *meters, *entries, *dead]
+        ours = {(e.table_id, e.priority, e.match) for e in entries}
+        adopted: dict[tuple[int, ofmsg.Match], int] = {}
+        uphill = []
+        for key in held.owned(cookie(APP_LESSOR)):
+            table, prio, match = key
+            if key in ours:
+                continue
+            port = held.outputs.get(key)
+            if table == TABLE_FORWARD and port is not None and self._downhill(switch, port, match):
+                adopted[(prio, match)] = port
+            elif port is None or port not in down:       # the dead ports' entries go below anyway
+                uphill.append(ofmsg.flow_delete_strict(table, prio, match, cookie(APP_LESSOR), COOKIE_APP_MASK))
+        self.adopted[switch] = adopted
+        self.adopted_deleted += len(uphill)
+        return [*msgs, *self._dead_port_entries(switch, down), *uphill, *meters, *entries, *dead]
+
+    def _downhill(self, switch: str, port: int, match: ofmsg.Match) -> bool:
+        """Whether an entry of ``switch`` matching ``match`` and output to
+        ``port`` sends its flow to a neighbour one hop nearer the flow's
+        destination host, over a link that is up."""
+        dst_ip = match.as_dict().get("ipv4_dst")
+        dst = self.view.host_by_ip(dst_ip) if isinstance(dst_ip, str) else None
+        peer = self.view.peer(switch, port)
+        if dst is None or peer is None or not self.view.link_up(switch, peer):
+            return False
+        if peer == dst:
+            return True
+        dist = self.view.distances_to(dst)
+        return switch in dist and peer in dist and dist[peer] == dist[switch] - 1
+
+    def _recheck_adopted(self) -> dict[str, list[ofmsg.Message]]:
+        """Deletes for the adopted entries that no longer send their flow
+        downhill (the view changed)."""
+        out: dict[str, list[ofmsg.Message]] = {}
+        for sw, entries in sorted(self.adopted.items()):
+            for (prio, match), port in list(entries.items()):
+                if not self._downhill(sw, port, match):
+                    out.setdefault(sw, []).append(ofmsg.flow_delete_strict(
+                        TABLE_FORWARD, prio, match, cookie(APP_LESSOR), COOKIE_APP_MASK))
+                    del entries[(prio, match)]
+                    self.adopted_deleted += 1
+        return out
 
     def _ports(self, switch: str) -> list[int]:
         return sorted(self.view.port(switch, peer) for peer in self.view.graph.successors(switch))
@@ -225,6 +280,8 @@ class LessorLogic:
                 if not self.view.is_host(sw) and (sw, p) not in dead:
                     dead.add((sw, p))
                     out.setdefault(sw, []).extend(self._dead_port_entries(sw, [p]))
+        for sw, msgs in self._recheck_adopted().items():
+            out.setdefault(sw, []).extend(msgs)
         if not dead:
             return out
         for key, inst in sorted(self.installed.items()):
@@ -238,6 +295,7 @@ class LessorLogic:
 
     def switch_disconnected(self, switch: str) -> None:
         self.routing.switch_disconnected(switch)
+        self.adopted.pop(switch, None)      # read back again when it reconnects
 
     # ---- PRE: polling ------------------------------------------------------------------
     def poll(self, now: float) -> dict[str, list[ofmsg.Message]]:
@@ -716,6 +774,7 @@ class LessorLogic:
         actions = [ofmsg.Resubmit(TABLE_ACCOUNT), out] if i == 1 else [out]
         entry = ofmsg.flow_add(TABLE_FORWARD, PRIO_EXACT_FLOW, self._match(key), actions,
                                cookie=cookie(APP_LESSOR), idle_timeout=LONG_FLOW_IDLE_S)
+        self.adopted.get(only, {}).pop((PRIO_EXACT_FLOW, entry.match), None)   # ours now
         pol = self.policed.get(key)
         if i == 1 and pol is not None:
             entry = replace(entry, instructions=(ofmsg.MeterInstruction(pol.meter_id), *entry.instructions))
@@ -746,6 +805,8 @@ class LessorLogic:
                            for s in self.table.long_flows()],
             "installed": {" ".join(map(str, k)): list(v.path) for k, v in sorted(self.installed.items())},
             "reroutes": self.reroutes,
+            "adopted_entries": sum(len(e) for e in self.adopted.values()),
+            "adopted_deleted": self.adopted_deleted,
             # the last MOVE_LOG moves: [time of the counters they followed, flow..., from ToR path, to ToR path]
             "move_log": [[t, *key, list(a), list(b)] for t, key, a, b in self.move_log],
             "moves_per_allocation": self.moves_per_allocation[-200:],

@@ -475,3 +475,29 @@ def test_a_reply_for_a_connection_that_went_away_is_ignored(ecmp):
     for kind in ("OFPGroupDescStatsRequest", "OFPMeterConfigStatsRequest", "OFPFlowStatsRequest"):
         _reply(inst, new, new_reqs[kind], [])
     assert inst.reconciles == {"read": 1} and old.sent == list(reqs.values())
+
+
+def test_an_entrys_single_output_is_read_back_and_others_are_not():
+    """ofread.outputs: the port of an entry whose actions output to exactly
+    one port (what an adopted LESSOR entry is judged by); none for no
+    output, two outputs, or a group."""
+    m = parser.OFPMatch(eth_type=0x800, ipv4_dst="10.0.0.7")
+
+    def stats(prio, instructions):
+        return parser.OFPFlowStats(table_id=1, duration_sec=0, duration_nsec=0, priority=prio, idle_timeout=0,
+                                   hard_timeout=0, flags=0, cookie=0, packet_count=0, byte_count=0, match=m,
+                                   instructions=instructions)
+    apply = lambda *acts: [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, list(acts))]   # noqa: E731
+    bodies = [stats(1, apply(parser.OFPActionOutput(3))),
+              stats(2, [parser.OFPInstructionMeter(7), *apply(parser.OFPActionSetQueue(1),
+                                                              parser.OFPActionOutput(4))]),
+              stats(3, apply(parser.OFPActionOutput(3), parser.OFPActionOutput(4))),
+              stats(4, apply(parser.OFPActionGroup(9))),
+              stats(5, [parser.OFPInstructionGotoTable(2)])]
+    key = lambda prio: (1, prio, ofread.match_of(m))   # noqa: E731
+    assert ofread.outputs(bodies) == {key(1): 3, key(2): 4}
+    # and the fake switches' read-back (bwtesting.readback) carries them the same way
+    from bwtesting.readback import bodies as reply_bodies
+    held = ofmsg.Held(flows={key(1): 5, key(6): 5}, outputs={key(1): 3})
+    _, flows = reply_bodies(held)["OFPFlowStatsRequest"]
+    assert ofread.outputs(flows) == {key(1): 3}
