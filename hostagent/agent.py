@@ -113,7 +113,7 @@ class Vm:
         if pol is None:
             return None
         cur = self.lrc
-        if cur is not None and cur.compatible(cfg.address, cfg.nic_mbps, cfg.guarantee_mbps, pol):
+        if cur is not None and cur.compatible(cfg.address, cfg.nic_mbps, pol):
             cur.reconfigure(cfg.guarantee_mbps, pol)
             return cur
         return LrcHost(cfg.address, cfg.nic_mbps, cfg.guarantee_mbps, pol)

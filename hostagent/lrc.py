@@ -196,8 +196,9 @@ class LrcHost:
     def __post_init__(self) -> None:
         self.rates = PairRates(self.policy.params, self.nic_mbps)
 
-    def compatible(self, address: str, nic_mbps: float, guarantee_mbps: float, policy: LrcPolicy) -> bool:
-        """Can this state carry on under a new configuration (v kept)?"""
+    def compatible(self, address: str, nic_mbps: float, policy: LrcPolicy) -> bool:
+        """Can this state carry on under a new configuration (v kept)? A new
+        guarantee does not stop it: :meth:`reconfigure` takes it."""
         return (address, nic_mbps, policy.mode, policy.params) == (self.address, self.nic_mbps, self.policy.mode,
                                                                    self.policy.params)
 
