@@ -449,3 +449,16 @@ def test_the_greedy_kernel_is_the_numpy_greedy(seed, n_flows, target, ties):
     assert list(got) == want
     assert np.allclose(load, want_load, rtol=1e-12, atol=0)
     assert np.allclose(K.flow_load(got, fd, path_links, path_hops, len(cap)), want_load, rtol=1e-12, atol=0)
+
+
+def test_the_fractional_paths_list_every_path_that_carries_flow_however_little():
+    """group_paths lists each path with a positive share, in bits/s: on a
+    fabric of 1 b/s links the even split puts half a unit on each of a pair's
+    four paths, and all four are listed, their shares adding up to lambda x W."""
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    pd.capacity = pd.capacity / 10e6                      # every link 1 b/s
+    a = pmpt([LongFlow(1, "e0_0", "e3_0", 4.0)], pd)
+    [(key, paths)] = a.group_paths.items()
+    assert key == ("e0_0", "e3_0") and len(paths) == 4
+    assert all(bw == pytest.approx(0.5) for _, bw in paths) and a.lam == pytest.approx(0.5)
