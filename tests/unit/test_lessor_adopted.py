@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import pytest
 
-from apps.lessor.logic import LessorLogic
-from bwtesting.fakenet import FakeNetwork
 from controller import ofmsg
-from controller.network_view import NetworkView
 from controller.pipeline import APP_LESSOR, PRIO_EXACT_FLOW, TABLE_FORWARD, cookie
-from mininet_topos import builders
 
 SRC, DST, SPORT, DPORT = "h15", "h7", 40000, 5201
 
 
 @pytest.fixture
 def fabric():
-    view = NetworkView(builders.fattree(4, link_mbps=10))
-    logic = LessorLogic(view)
-    net = FakeNetwork(view)
-    for sw in view.switches:
-        net.apply(sw, logic.switch_connected(sw))
-    return view, logic, net
+    from tests.unit.test_lessor_fakenet import _setup
+    return _setup()          # a FatTree k = 4 with LESSOR's routes installed on every fake switch
 
 
 def _stale_entry(view, tor, agg):
