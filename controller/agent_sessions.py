@@ -23,7 +23,9 @@ together do not all read their kernels back at the same instant (periodic
 messages synchronise: Floyd and Jacobson, 1994; in the main job 16 agents
 reading back together stalled the emulated fabric for about half a second
 every 15 s, docs/results.md) -- and notices at once when the
-agent closes the connection (it restarted): it reconnects with back-off
+agent closes the connection (it restarted; an idle session's socket is
+watched by one thread for the whole process, :mod:`controller.sockwatch`,
+so that idle sessions sleep until there is something to do): it reconnects with back-off
 (``retry_s`` doubling up to ``MAX_RETRY_S``, half a second: a connection
 attempt costs little, and a restarted agent is found fast) and pushes.
 
@@ -49,6 +51,7 @@ from bwcommon.channel import ChannelError, host_key, load_secret
 from bwcommon.agentclient import AgentClient
 from bwcommon.hostconfig import CLASS_BG, CLASS_WC, CLASS_YOUNG, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
 from bwcommon.transport import FrameError
+from controller.sockwatch import idle_watch
 
 log = logging.getLogger("bwfabric.agents")
 MAX_RETRY_S = 0.5    # a restarted agent is found within half a second of listening
@@ -102,6 +105,7 @@ class Session:
         self.stopping = False
         self.st = AgentState(endpoint.host, endpoint.address, last_error=key_error)
         self.guard = LoopGuard(log)
+        self.watched: object | None = None    # the socket handed to the idle watch (None: not watched)
         self.thread = threading.Thread(target=self._run, name=f"agent-{endpoint.host}", daemon=True)
 
     # ---- what the controller asks for (any thread; never blocks on the agent) -----------------
@@ -133,6 +137,7 @@ class Session:
             self.stopping = True
             self.cond.notify()
         self.thread.join(timeout)
+        self._unwatch()
         self.client.close()
 
     def state(self) -> dict:
@@ -157,14 +162,17 @@ class Session:
                 now = time.monotonic()
                 if not self.client.connected:        # until the next attempt, whatever is pending
                     wait = self.next_connect - now
-                elif not self._has_work():           # look at the socket every 50 ms (a restarted agent closed it)
-                    wait = min(0.05, self.next_status - now)
+                elif not self._has_work():           # until the status is due, or the agent closes the socket
+                    wait = self.next_status - now
                 else:
                     wait = 0.0
                 if wait > 0:
+                    if self.client.connected:
+                        self._watch()
                     self.cond.wait(wait)
                 if self.stopping:
                     return
+            self._unwatch()                          # the socket is ours again: replies are read here
             if not self.key_ok:
                 with self.cond:
                     self.cond.wait(1.0)
@@ -173,6 +181,26 @@ class Session:
             if not ok:                     # a bug, logged with its traceback: start afresh after a pause
                 self._disconnected(f"internal error: {self.guard.stats['session'].last_error}")
                 self.next_connect = time.monotonic() + MAX_RETRY_S
+
+    def _watch(self) -> None:
+        """Hand the idle socket to the watcher (under ``cond``): it wakes
+        this session if the agent closes it."""
+        sock = self.client.sock
+        if sock is None or self.watched is sock:
+            return
+        self.watched = sock
+        idle_watch().watch(sock, self._peer_event)
+
+    def _peer_event(self) -> None:
+        with self.cond:
+            self.watched = None
+            self.cond.notify()
+
+    def _unwatch(self) -> None:
+        with self.cond:
+            sock, self.watched = self.watched, None
+        if sock is not None:
+            idle_watch().unwatch(sock)
 
     def _step(self) -> None:
         """Connect if needed, then push what is pending and ask for status
@@ -289,6 +317,7 @@ class Session:
                 self.need_push = True   # the agent holds another generation's config, or none (it restarted)
 
     def _disconnected(self, why: str | None) -> None:
+        self._unwatch()
         self.client.close()
         with self.cond:
             if self.st.connected:
