@@ -140,3 +140,43 @@ def test_each_vms_executor_is_made_for_its_own_namespace(tmp_path):
                                 "address": "10.9.0.5", "nic_mbps": 100, "guarantee_mbps": 10})
     a._vm(c)
     assert made == [("t/a", "ns-a")]
+
+
+def test_a_fresh_agent_keeps_its_executors_state_in_its_state_directory(tmp_path):
+    from hostagent.executor import Executor
+    a = A.Agent("srv", bytes(32), tmp_path / "state")
+    assert isinstance(a.executor, Executor) and a.executor.state_file == tmp_path / "state" / "executor.json"
+    assert a.version is None and a.rates is None and a.stopping is False
+
+
+def test_remembered_vms_come_back_with_their_namespaces_and_an_unreadable_one_is_named(tmp_path, caplog):
+    """An agent restarted finds the VMs an earlier run configured in
+    namespaces (their state directories) -- each with an executor for its
+    own namespace; a corrupt record is logged by its path and skipped, the
+    others still come back. (No ``vms`` directory at all: none.)"""
+    state = tmp_path / "state"
+    for d, text in (("a~bad", "{not json"), ("t~b", '{"name": "t/b", "netns": "ns-b"}'),
+                    ("t~c", '{"name": "t/c", "netns": "ns-c"}')):
+        (state / "vms" / d).mkdir(parents=True)
+        (state / "vms" / d / "vm.json").write_text(text)
+    made = []
+    with caplog.at_level(logging.ERROR, logger=A.log.name):
+        a = A.Agent("srv", bytes(32), state, executor=KernelModel(),
+                    executor_factory=lambda name, ns: made.append((name, ns)) or KernelModel())
+    assert made == [("t/b", "ns-b"), ("t/c", "ns-c")]
+    assert {n: a.vms[n].netns for n in ("t/b", "t/c")} == {"t/b": "ns-b", "t/c": "ns-c"}
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        f"{state / 'vms' / 'a~bad' / 'vm.json'}: unreadable; that VM's leftovers are not removed"]
+
+
+@pytest.mark.parametrize("text, ok", [("0", True), (str(2**63 - 1), True), ("-1", False), (str(2**63), False),
+                                      ("12x", False)])
+def test_a_persisted_counter_is_read_in_range_or_refused_by_name(tmp_path, text, ok):
+    p = tmp_path / "generation"
+    p.write_text(text + "\n")
+    if ok:
+        assert A._read_int(p) == int(text)
+    else:
+        with pytest.raises(ValueError, match="corrupt agent state"):
+            A._read_int(p)
+    assert A._read_int(tmp_path / "absent") == 0
