@@ -342,6 +342,8 @@ def test_an_even_split_short_of_the_certificate_runs_phases():
              LongFlow(3, "e0_1", "e1_1", 1e6)]
     a = pmpt(flows, pd)
     assert a.phases >= 1 and a.stopped_by == "certified gap" and a.lam >= 0.95 * a.upper_bound
+    # the steps of every phase are counted: each phase routes each of the four pairs at least once
+    assert a.steps >= 4 * a.phases
     lp = max_concurrent_flow_lp(flows, pd).lam
     assert 0.95 * lp <= a.lam <= lp * (1 + 1e-9)
 
