@@ -82,6 +82,7 @@ from bwcommon.validate import finite_number
 # to place; tinier demands would only overflow the scaling (a subnormal
 # demand made the cut bound infinite).
 MIN_DEMAND_BPS = 1.0
+RESCALE_ABOVE = 1e150    # the FPTAS's lengths are divided down (log_scale keeps D(l)) above this, far below overflow
 MAX_DEMAND_BPS = 1e15   # 1 Pb/s: a larger demand is a unit mistake, and sums of such overflow
 
 
@@ -566,7 +567,7 @@ def _fptas(demand, group_start, path_links, path_hops, bottleneck, cap, used, ep
             stopped_by = "D(l) >= 1"
             break
         top = float(length.max())
-        if top > 1e150:
+        if top > RESCALE_ABOVE:
             length /= top
             cache_bound /= top
             log_scale += math.log(top)

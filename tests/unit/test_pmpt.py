@@ -464,3 +464,75 @@ def test_the_fractional_paths_list_every_path_that_carries_flow_however_little()
     [(key, paths)] = a.group_paths.items()
     assert key == ("e0_0", "e3_0") and len(paths) == 4
     assert all(bw == pytest.approx(0.5) for _, bw in paths) and a.lam == pytest.approx(0.5)
+
+
+def test_the_dual_bound_certifies_below_the_cut_bound_at_the_first_phase_it_can():
+    """On uneven links the ToR cut bound is loose: what certifies the answer
+    is the Garg-Koenemann dual D(l) / alpha(l) (below the cut bound), and the
+    phases stop at the first one whose primal meets (1 - eps) of it."""
+    import numpy as np
+
+    from apps.lessor.pmpt import _fptas
+    from apps.lessor.pmpt import _cut_bound, _flatten, _groups
+    below = 0
+    for seed in (0, 1, 2):
+        # the core links at a quarter of the rest: the ToRs' cut is far from what binds
+        view = NetworkView(builders.fattree(8, link_mbps=10))
+        pd = PathDictionary(view)
+        role = lambda n: view.graph.nodes[n].get("role")     # noqa: E731
+        cap = np.array([c * (0.25 if "core" in (role(u), role(v)) else 1.0) for (u, v), c in
+                        zip(pd.links, pd.capacity)])
+        flows = [f for f in _random_flows(view, random.Random(seed), 40) if f.src_tor != f.dst_tor]
+        groups, _, _ = _groups(flows, pd, cap)
+        pl, ph, gs, _, bottleneck = _flatten(groups, cap)
+        scale = _cut_bound(groups, pd, cap)
+        demand = np.array([g.demand * scale for g in groups])
+        used = np.unique(np.concatenate([g.idx.ravel() for g in groups]))
+        args = (demand, gs, pl, ph, bottleneck, cap, used, 0.05)
+        ln_inv_delta = math.log(len(used) / 0.95) / 0.05
+        lam, _, _, phases, _, ub, why = _fptas(*args, 5000, ln_inv_delta, (0.0, None, None))
+        assert why == "certified gap" and lam >= 0.95 * ub
+        below += ub < 0.99
+        if phases > 1:
+            lam1, _, _, _, _, ub1, why1 = _fptas(*args, phases - 1, ln_inv_delta, (0.0, None, None))
+            assert why1 == "max phases" and lam1 < 0.95 * ub1     # one phase fewer: not yet certified
+    assert below >= 1
+
+
+def test_the_fptas_stops_when_d_of_l_reaches_one():
+    """Garg-Koenemann's own end: with delta such that one phase takes D(l)
+    past 1, the phases stop there (before any certificate), the primal still
+    feasible once scaled by its congestion."""
+    import numpy as np
+
+    from apps.lessor.pmpt import _fptas
+    groups, (pl, ph, gs), scale, demand, used, cap = _scaled_instance(8, 1, 40, cap_spread=0.3)
+    bottleneck = np.concatenate([g.bottleneck for g in groups])
+    lam, x, load, phases, _, ub, why = _fptas(demand, gs, pl, ph, bottleneck, cap, used, 0.05, 5000,
+                                              math.log(len(used)) + 1e-9, (0.0, None, None))
+    assert (why, phases) == ("D(l) >= 1", 1) and 0 < lam < 0.95 * ub
+    assert lam == pytest.approx(1 / float((load[used] / cap[used]).max()), rel=1e-12)
+
+
+def test_rescaled_lengths_give_the_same_phases(monkeypatch):
+    """The lengths are divided down when they grow large (log_scale keeps
+    D(l)): rescaling from the first phase on changes nothing -- the same
+    paths, phases, bound and stop, by certificate or by D(l) >= 1."""
+    import numpy as np
+
+    from apps.lessor import pmpt as PM
+    for seed, ln_extra in ((0, None), (2, None), (1, 3.0)):
+        groups, (pl, ph, gs), scale, demand, used, cap = _scaled_instance(8, seed, 40, cap_spread=0.3)
+        bottleneck = np.concatenate([g.bottleneck for g in groups])
+        ln_inv_delta = math.log(len(used) / 0.95) / 0.05 if ln_extra is None else math.log(len(used)) + ln_extra
+        runs = []
+        for threshold in (1e150, 1e-12):        # 1e-12: below the first lengths (1/c, c ~ 1e6-1e7): every phase
+            monkeypatch.setattr(PM, "RESCALE_ABOVE", threshold)
+            lam, x, _, phases, steps, ub, why = PM._fptas(demand, gs, pl, ph, bottleneck, cap, used, 0.05, 5000,
+                                                         ln_inv_delta, (0.0, None, None))
+            runs.append((lam, x, phases, steps, ub, why))
+        (l0, x0, *rest0), (l1, x1, *rest1) = runs
+        assert rest0[:2] == rest1[:2] and rest0[3] == rest1[3], (seed, rest0, rest1)
+        assert l1 == pytest.approx(l0, rel=1e-9) and rest1[2] == pytest.approx(rest0[2], rel=1e-9)
+        assert np.allclose(x1, x0, rtol=1e-9, atol=0)
+    assert {r[5] for r in [runs[0]]} <= {"certified gap", "D(l) >= 1"}
