@@ -536,3 +536,20 @@ def test_rescaled_lengths_give_the_same_phases(monkeypatch):
         assert l1 == pytest.approx(l0, rel=1e-9) and rest1[2] == pytest.approx(rest0[2], rel=1e-9)
         assert np.allclose(x1, x0, rtol=1e-9, atol=0)
     assert {r[5] for r in [runs[0]]} <= {"certified gap", "D(l) >= 1"}
+
+
+def test_the_answer_does_not_depend_on_the_order_the_flows_come_in():
+    """Flows equal in remaining time and demand are taken in the order of
+    their keys, not of the list: shuffled input, the same paths and rates
+    (a controller's flow table iterates in whatever order it was filled)."""
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    tors = [s for s in view.switches if s.startswith("e")]
+    flows = [LongFlow(f"f{i:02d}", tors[i % 8], tors[(i * 3 + 1) % 8], 4e6) for i in range(24)
+             if tors[i % 8] != tors[(i * 3 + 1) % 8]]
+    want = pmpt(flows, pd)
+    for seed in range(4):
+        shuffled = flows[:]
+        random.Random(seed).shuffle(shuffled)
+        got = pmpt(shuffled, pd)
+        assert got.flow_path == want.flow_path and got.flow_rate == want.flow_rate
