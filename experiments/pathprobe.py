@@ -32,6 +32,7 @@ from controller.network_view import NetworkView
 ETH_P_ALL = 0x0003           # outgoing packets reach only the taps of every protocol (dev_queue_xmit_nit)
 ETH_P_IP = 0x0800
 PACKET_OUTGOING = 4          # linux/if_packet.h: a packet the interface sent
+CHECK_S = 0.1               # how often capture() asks whether it has seen enough
 MIN_DATA_BYTES = 500         # IP length: data segments, not ACKs or iperf3's control exchanges
 
 Key = tuple[str, str, int]   # (source address, destination address, destination TCP port)
@@ -71,8 +72,9 @@ def parse_ipv4_tcp(frame: bytes) -> tuple[Key, int] | None:
     return (src, dst, dport), total
 
 
-def capture(ifaces: list[str], seconds: float) -> dict[str, collections.Counter]:
-    """Data packets each interface sent during ``seconds``, counted by
+def capture(ifaces: list[str], seconds: float, done=None) -> dict[str, collections.Counter]:
+    """Data packets each interface sent during ``seconds`` -- or until
+    ``done(counts)`` says enough, asked every ``CHECK_S`` -- counted by
     :data:`Key` (root's network namespace, where Mininet leaves switch ports)."""
     if not (0 < seconds <= 60):
         raise ProbeError(f"capture seconds {seconds!r}: must be in (0, 60]")
@@ -85,8 +87,13 @@ def capture(ifaces: list[str], seconds: float) -> dict[str, collections.Counter]
             s.bind((name, ETH_P_ALL))
             s.setblocking(False)
         end = time.monotonic() + seconds
+        check = time.monotonic() + CHECK_S
         while (left := end - time.monotonic()) > 0:
-            ready, _, _ = select.select(list(socks), [], [], left)
+            if done is not None and time.monotonic() >= check:
+                if done(counts):
+                    break
+                check = time.monotonic() + CHECK_S
+            ready, _, _ = select.select(list(socks), [], [], min(left, CHECK_S))
             for s in ready:
                 while True:
                     try:
@@ -128,6 +135,15 @@ def walk(view: NetworkView, src: str, dst: str, key: Key,
         if len(path) > 2 * len(view.switches) + 2:
             raise ProbeError(f"{src} -> {dst}: a loop: {path}")
     return tuple(path)
+
+
+def observe(view: NetworkView, flows: list[tuple[str, str, Key]], seconds: float) -> list[tuple[str, ...] | None]:
+    """Each flow's path, watching the multipath ports until every flow has
+    been walked or ``seconds`` have passed (a flow in a retransmission
+    time-out sends nothing for a while: one fixed second missed some)."""
+    def walked(counts):
+        return all(p is not None for p in observed_paths(view, flows, counts))
+    return observed_paths(view, flows, capture(list(probe_ports(view)), seconds, done=walked))
 
 
 def observed_paths(view: NetworkView, flows: list[tuple[str, str, Key]],

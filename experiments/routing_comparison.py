@@ -29,7 +29,7 @@ from experiments.options import OptionError
 
 PATTERNS = ("permutation", "stride1", "stride2", "stride4", "stride5", "stride8", "stride10", "many2one", "random")
 APPS = ("single_path", "ecmp", "hedera", "lessor")
-PROBE_S = 1.0       # ECMP: how long the switch ports are watched for the paths the hash gave (in the warm-up)
+PROBE_S = 1.5       # ECMP: how long at most the switch ports are watched for the hash's paths (in the warm-up)
 
 
 @dataclass
@@ -120,11 +120,10 @@ def _probes(app: str, cfg: "Config") -> bool:
     return app == "ecmp" and cfg.omit >= 1.0 + PROBE_S + 0.5
 
 
-def _observed_paths(view: NetworkView, pairs, counts) -> list[tuple[str, ...] | None]:
-    """Each pair's path as the probe saw it (pair i's iperf3 port is
-    ``IPERF_BASE_PORT + i``: run_long_flows)."""
-    flows = [(s, d, (view.ip(s), view.ip(d), IPERF_BASE_PORT + i)) for i, (s, d) in enumerate(pairs)]
-    return pathprobe.observed_paths(view, flows, counts)
+def _probe_flows(view: NetworkView, pairs) -> list:
+    """What the probe looks for: pair i's iperf3 connection (its server's
+    port is ``IPERF_BASE_PORT + i``: run_long_flows)."""
+    return [(s, d, (view.ip(s), view.ip(d), IPERF_BASE_PORT + i)) for i, (s, d) in enumerate(pairs)]
 
 
 def run(cfg: Config, out_dir: Path) -> dict:
@@ -172,11 +171,12 @@ def run(cfg: Config, out_dir: Path) -> dict:
                 for name, pairs in patterns.items():
                     stage(f"{app}: long flows ({name})")
                     probe: dict = {}
-                    watch = list(pathprobe.probe_ports(view)) if _probes(app, cfg) else []
-                    during = (lambda: probe.update(counts=pathprobe.capture(watch, PROBE_S))) if watch else None
+                    wanted = _probe_flows(view, pairs)
+                    during = (lambda: probe.update(paths=pathprobe.observe(view, wanted, PROBE_S))) \
+                        if _probes(app, cfg) else None
                     flows = run_long_flows(fab, pairs, cfg.long_duration, cfg.omit, progress=advance,
                                            during_warmup=during)
-                    observed = _observed_paths(view, pairs, probe["counts"]) if "counts" in probe else None
+                    observed = probe.get("paths")
                     app_rep["long"][name] = _long_report(view, app, pairs, flows, cfg, report, observed)
                 if cfg.workload:
                     stage(f"{app}: {cfg.workload} workload, load {cfg.load}")

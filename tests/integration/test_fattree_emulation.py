@@ -175,9 +175,10 @@ def test_the_path_probe_sees_the_cores_that_carried_the_flows(running):
     try:
         time.sleep(0.5)
         before = _core_tx_bytes(fab)
-        sender = fab.host("h1").popen([sys.executable, "-c", SEND_EACH, "4"])
+        sender = fab.host("h1").popen([sys.executable, "-c", SEND_EACH, "6"])
         time.sleep(1.0)
-        counts = pathprobe.capture(list(pathprobe.probe_ports(view)), 1.0)
+        flows = [("h1", "h16", (view.ip("h1"), view.ip("h16"), port)) for port in range(5401, 5409)]
+        paths = pathprobe.observe(view, flows, 4.0)       # until every flow is walked (one in an RTO sends nothing)
         sender.wait(30)
         after = _core_tx_bytes(fab)
     finally:
@@ -185,15 +186,12 @@ def test_the_path_probe_sees_the_cores_that_carried_the_flows(running):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
-    flows = [("h1", "h16", (view.ip("h1"), view.ip("h16"), port)) for port in range(5401, 5409)]
-    paths = pathprobe.observed_paths(view, flows, counts)
     equal_cost = set(view.equal_cost_paths("h1", "h16"))
-    assert all(p in equal_cost for p in paths), paths
     delta = {c: after[c] - before[c] for c in before}
-    total = sum(delta.values())
-    probed = {p[3] for p in paths}                       # h1, e0_0, a0_x, core, ...
-    carried = {c for c, n in delta.items() if n > 0.05 * total}
-    print(app, "cores by the probe:", sorted(probed), "by their counters:", delta)
+    probed = {p[3] for p in paths if p is not None}       # h1, e0_0, a0_x, core, ...
+    carried = {c for c, n in delta.items() if n > 20_000}   # a flow's packets; a core without one: < 1 KB
+    print(app, "paths by the probe:", paths, "cores:", sorted(probed), "by their counters:", delta)
+    assert all(p in equal_cost for p in paths), paths
     assert probed == carried, (paths, delta)
     if app == "single_path":
         assert len(probed) == 1

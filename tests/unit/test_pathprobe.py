@@ -181,3 +181,22 @@ def test_validation_replays_the_observed_draw(tmp_path, monkeypatch):
     [unobserved] = rows_for(_routing_results(tmp_path, [first, second], observed=False))
     assert "same_paths" not in unobserved
     assert unobserved["sim_aggregate_mbps"] == pytest.approx(row["sim_draws_mean_mbps"])
+
+
+def test_capture_stops_once_it_has_seen_enough_and_observe_once_every_flow_is_walked(view, monkeypatch):
+    import time
+    t0 = time.monotonic()
+    asked = []
+    pathprobe.capture([], 30.0, done=lambda counts: asked.append(1) or len(asked) >= 3)
+    assert time.monotonic() - t0 < 10 and len(asked) == 3        # stopped at the third check, not after 30 s
+    # observe() asks whether every flow has a path: here the first check already has them all
+    src, dst = view.hosts[0], view.hosts[-1]
+    path = view.equal_cost_paths(src, dst)[1]
+    key = (view.ip(src), view.ip(dst), 5201)
+    seen = {f"{u}-eth{view.port(u, v)}": collections.Counter({key: 3}) for u, v in zip(path[1:3], path[2:4])}
+
+    def fake_capture(ifaces, seconds, done=None):
+        assert set(seen) <= set(ifaces) and seconds == 7.0 and done(seen) and not done({})
+        return seen
+    monkeypatch.setattr(pathprobe, "capture", fake_capture)
+    assert pathprobe.observe(view, [(src, dst, key)], 7.0) == [path]
