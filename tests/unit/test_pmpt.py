@@ -188,6 +188,9 @@ def test_the_cut_bound_is_the_tightest_tor_cut_exactly():
     assert _cut_bound(groups, pd, cap) == min(20e6 / 5e6, 20e6 / 10e6, 20e6 / 10e6)
     groups, _, _ = _groups([LongFlow(5, "e3_0", "e1_0", 40e6), flows[2]], pd, cap)
     assert _cut_bound(groups, pd, cap) == 20e6 / 40e6          # the receiver e1_0 (and sender e3_0)
+    # two senders into one ToR: its receiving cut adds both (10 + 10 over 20), each sender alone has 20 for 10
+    groups, _, _ = _groups([LongFlow(6, "e0_0", "e1_0", 10e6), LongFlow(7, "e3_0", "e1_0", 10e6)], pd, cap)
+    assert _cut_bound(groups, pd, cap) == 20e6 / 20e6
     # a ToR whose uplinks are all down can send nothing: the bound is 0
     view.set_link_state("e3_0", "a3_0", False)
     view.set_link_state("e3_0", "a3_1", False)
