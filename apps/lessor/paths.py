@@ -54,36 +54,18 @@ class PathDictionary:
         hit = self._paths.get(key)
         if hit is None:
             if src_tor == dst_tor:
-                hit = ([(src_tor,)], np.zeros((1, 0), dtype=np.int64))
+                nodes = [(src_tor,)]
+                idx = np.zeros((1, 0), dtype=np.int64)
             else:
-                hit = self._arrays(self.view.equal_cost_paths(src_tor, dst_tor))
+                # a path over a zero-capacity link carries nothing: it is no candidate
+                nodes = [p for p in self.view.equal_cost_paths(src_tor, dst_tor)
+                         if all(self.capacity[self.index[lk]] > 0 for lk in self.view.path_links(p))]
+                hops = len(nodes[0]) - 1 if nodes else 0
+                idx = np.array([[self.index[lk] for lk in self.view.path_links(p)] for p in nodes],
+                               dtype=np.int64).reshape(len(nodes), hops)
+            hit = (nodes, idx)
             self._paths[key] = hit
         return hit
-
-    def prefetch(self, keys) -> None:
-        """Compute the paths of the ToR pairs ``keys`` not known yet, the
-        pairs of one destination together (their shared tails built once:
-        :meth:`NetworkView.equal_cost_paths_from`)."""
-        self._refresh()
-        by_dst: dict[str, list[str]] = {}
-        for src, dst in keys:
-            if src != dst and (src, dst) not in self._paths:
-                by_dst.setdefault(dst, []).append(src)
-        for dst, srcs in by_dst.items():
-            for src, node_paths in self.view.equal_cost_paths_from(srcs, dst).items():
-                self._paths[(src, dst)] = self._arrays(node_paths)
-
-    def _arrays(self, node_paths: list[tuple[str, ...]]) -> tuple[list[tuple[str, ...]], np.ndarray]:
-        """(candidate node paths, their link-index array): a path over a
-        zero-capacity link carries nothing, so it is no candidate."""
-        rows, nodes = [], []
-        for p in node_paths:
-            row = [self.index[lk] for lk in zip(p, p[1:])]
-            if all(self.capacity[i] > 0 for i in row):
-                rows.append(row)
-                nodes.append(p)
-        hops = len(nodes[0]) - 1 if nodes else 0
-        return nodes, np.array(rows, dtype=np.int64).reshape(len(nodes), hops)
 
     def up(self, link_index: int) -> bool:
         u, v = self.links[link_index]

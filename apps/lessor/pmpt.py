@@ -169,7 +169,6 @@ def _groups(flows: Iterable[LongFlow], paths: PathDictionary,
     for f in flows:
         by_key.setdefault((f.src_tor, f.dst_tor), []).append(f)
     groups, local, unroutable = [], [], []
-    paths.prefetch(by_key)
     for key in sorted(by_key):
         fl = by_key[key]
         if key[0] == key[1]:

@@ -556,28 +556,3 @@ def test_the_answer_does_not_depend_on_the_order_the_flows_come_in():
         random.Random(seed).shuffle(shuffled)
         got = pmpt(shuffled, pd)
         assert got.flow_path == want.flow_path and got.flow_rate == want.flow_rate
-
-
-def test_prefetched_paths_are_the_pairs_own():
-    """PathDictionary.prefetch builds the pairs of one destination together
-    (their shared tails once): the same node paths and link arrays as each
-    pair asked alone, zero-capacity paths left out alike, and a link change
-    forgets them."""
-    import numpy as np
-    view = NetworkView(builders.fattree(8, link_mbps=10))
-    alone, batch = PathDictionary(view), PathDictionary(view)
-    for pd in (alone, batch):
-        pd.capacity[pd.index[("a1_0", "c1")]] = 0.0
-    tors = [s for s in view.switches if s.startswith("e")]
-    keys = [(a, b) for a in tors[:12] for b in tors[::3]]
-    batch.prefetch(keys)
-    assert set(batch._paths) == {k for k in keys if k[0] != k[1]}
-    for a, b in keys:
-        na, ia = alone.paths(a, b)
-        nb, ib = batch.paths(a, b)
-        assert na == nb and np.array_equal(ia, ib) and ia.dtype == ib.dtype, (a, b)
-        assert na == view.equal_cost_paths_from([a], b)[a] or any(("a1_0", "c1") in zip(p, p[1:])
-                                                                    for p in view.equal_cost_paths(a, b))
-    view.set_link_state("a0_0", "c1", False)
-    batch.prefetch(keys[:1])
-    assert set(batch._paths) <= {keys[0]}
