@@ -257,7 +257,8 @@ def equilibrium_factor(mu_c: float, members: Iterable[tuple[float, float, float]
         return sum(max(b, w * min(r, ro)) for w, b, ro in members)
 
     if load(0.0) >= mu_c:                 # the guarantees alone fill it: r hardly matters, keep it small
-        return min(b / w for w, b, _ in members if b > 0) if any(b > 0 for _, b, _ in members) else mu_c
+        # (load(0) is the guarantees' sum and muC > 0, so some B_i > 0 here)
+        return min(b / w for w, b, _ in members if b > 0)
     free = [w for w, _, ro in members if not math.isfinite(ro)]
     if not free:                          # every pair is held elsewhere: load is flat beyond the largest cap
         hi = max(max(ro for _, _, ro in members), max(b / w for w, b, _ in members))

@@ -72,3 +72,12 @@ def test_the_hold_and_the_fallback_are_strict_ages():
     assert r.pairs["a"].v != before
     assert r.limit("a", now=12.0) == M.enforced_rate(5.0, r.pairs["a"].v) != 5.0   # exactly fallback_s: not yet
     assert r.limit("a", now=12.001) == 5.0
+
+
+@pytest.mark.parametrize("b, v, words", [(-1.0, 2.0, "B_i -1.0 must be a non-negative finite number"),
+                                         (2.0, -1.0, "v_i -1.0 must be a non-negative finite number"),
+                                         (float("nan"), 2.0, "B_i nan must be a non-negative finite number")])
+def test_eq_28_refuses_a_bad_guarantee_or_rate_by_its_name(b, v, words):
+    with pytest.raises(M.LrcError) as err:
+        M.enforced_rate(b, v)
+    assert str(err.value) == words
