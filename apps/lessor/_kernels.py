@@ -299,16 +299,6 @@ def bottleneck_search(flow_group, flow_demand, flow_path, group_start, path_link
 
 
 @njit(cache=True)
-def path_load(x, path_links, path_hops, n_links):
-    """Load per link of flow ``x[q]`` on each path q."""
-    load = np.zeros(n_links)
-    for q in range(path_links.shape[0]):
-        for h in range(path_hops[q]):
-            load[path_links[q, h]] += x[q]
-    return load
-
-
-@njit(cache=True)
 def path_bottleneck(cap, path_links, path_hops):
     """Per path, its least link capacity (inf for a path of no links)."""
     out = np.full(path_links.shape[0], np.inf)

@@ -196,7 +196,7 @@ class LessorLogic:
             if table == TABLE_FORWARD and port is not None and self._downhill(switch, port, match):
                 adopted[(prio, match)] = port
             elif port is None or port not in down:       # the dead ports' entries go below anyway
-                uphill.append(ofmsg.flow_delete_strict(table, prio, match, cookie(APP_LESSOR), COOKIE_APP_MASK))
+                uphill.append(self._delete_entry(prio, match, table))
         self.adopted[switch] = adopted
         self.adopted_deleted += len(uphill)
         return [*msgs, *self._dead_port_entries(switch, down), *uphill, *meters, *entries, *dead]
@@ -222,8 +222,7 @@ class LessorLogic:
         for sw, entries in sorted(self.adopted.items()):
             for (prio, match), port in list(entries.items()):
                 if not self._downhill(sw, port, match):
-                    out.setdefault(sw, []).append(ofmsg.flow_delete_strict(
-                        TABLE_FORWARD, prio, match, cookie(APP_LESSOR), COOKIE_APP_MASK))
+                    out.setdefault(sw, []).append(self._delete_entry(prio, match))
                     del entries[(prio, match)]
                     self.adopted_deleted += 1
         return out
@@ -787,8 +786,12 @@ class LessorLogic:
         return ofmsg.MeterMod(command, pol.meter_id, pol.rate_kbps, contract.meter_burst_kbit(pol.rate_kbps))
 
     def _delete(self, key: FiveTuple) -> ofmsg.FlowMod:
-        return ofmsg.flow_delete_strict(TABLE_FORWARD, PRIO_EXACT_FLOW, self._match(key),
-                                        cookie(APP_LESSOR), COOKIE_APP_MASK)
+        return self._delete_entry(PRIO_EXACT_FLOW, self._match(key))
+
+    @staticmethod
+    def _delete_entry(priority: int, match: ofmsg.Match, table: int = TABLE_FORWARD) -> ofmsg.FlowMod:
+        """Delete exactly one LESSOR entry (cookie-masked: never another app's)."""
+        return ofmsg.flow_delete_strict(table, priority, match, cookie(APP_LESSOR), COOKIE_APP_MASK)
 
     def flow_expired(self, key: FiveTuple) -> None:
         self.installed.pop(key, None)

@@ -510,7 +510,7 @@ def _place_all(flows: list[LongFlow], paths: PathDictionary, cap: np.ndarray, ep
 def _path_load(x: np.ndarray, path_links: np.ndarray, path_hops: np.ndarray, n_links: int) -> np.ndarray:
     """Load per link of flow ``x`` per path."""
     from apps.lessor import _kernels as K
-    return K.path_load(np.ascontiguousarray(x, dtype=float), path_links, path_hops, n_links)
+    return K.flow_load(np.arange(len(x)), np.ascontiguousarray(x, dtype=float), path_links, path_hops, n_links)
 
 
 # Primal windows: the flow of the phases since the last power of two at or below half the phases run

@@ -83,25 +83,21 @@ def test_eq_28_refuses_a_bad_guarantee_or_rate_by_its_name(b, v, words):
     assert str(err.value) == words
 
 
-@pytest.mark.parametrize("i, bad, words", [(0, 0.0, "v 0.0 must be a positive finite number"),
-                                           (1, -1.0, "w_i -1.0 must be a positive finite number"),
-                                           (2, 0.0, "r_tilde 0.0 must be a positive finite number"),
-                                           (3, 0.0, "alpha·tau_v 0.0 must be a positive finite number")])
-def test_eq_27_refuses_each_bad_input_by_its_name(i, bad, words):
-    args = [10.0, 1.0, 20.0, 20.0, 0.01, 1.0, 100.0]      # v, w_i, r_tilde, alpha, tau_v, v_floor, NIC
+@pytest.mark.parametrize("step, i, bad, words", [
+    # v, w_i, r_tilde, alpha, tau_v, v_floor, NIC
+    (M.next_pair_rate, 0, 0.0, "v 0.0 must be a positive finite number"),
+    (M.next_pair_rate, 1, -1.0, "w_i -1.0 must be a positive finite number"),
+    (M.next_pair_rate, 2, 0.0, "r_tilde 0.0 must be a positive finite number"),
+    (M.next_pair_rate, 3, 0.0, "alpha·tau_v 0.0 must be a positive finite number"),
+    # r, load, muC, beta, tau_r, floor, cap
+    (M.next_link_factor, 0, 0.0, "r 0.0 must be a positive finite number"),
+    (M.next_link_factor, 1, -1.0, "load -1.0 must be a non-negative finite number"),
+    (M.next_link_factor, 2, 0.0, "muC 0.0 must be a positive finite number"),
+    (M.next_link_factor, 3, 0.0, "beta·tau_r 0.0 must be a positive finite number")])
+def test_eq_27s_two_steps_refuse_each_bad_input_by_its_name(step, i, bad, words):
+    args = [10.0, 1.0, 20.0, 20.0, 0.01, 1.0, 100.0] if step is M.next_pair_rate else \
+        [1.0, 50.0, 90.0, 2.0, 0.1, 0.01, 100.0]
     args[i] = bad
     with pytest.raises(M.LrcError) as err:
-        M.next_pair_rate(*args)
-    assert str(err.value) == words
-
-
-@pytest.mark.parametrize("i, bad, words", [(0, 0.0, "r 0.0 must be a positive finite number"),
-                                           (1, -1.0, "load -1.0 must be a non-negative finite number"),
-                                           (2, 0.0, "muC 0.0 must be a positive finite number"),
-                                           (3, 0.0, "beta·tau_r 0.0 must be a positive finite number")])
-def test_the_link_factors_step_refuses_each_bad_input_by_its_name(i, bad, words):
-    args = [1.0, 50.0, 90.0, 2.0, 0.1, 0.01, 100.0]      # r, load, muC, beta, tau_r, floor, cap
-    args[i] = bad
-    with pytest.raises(M.LrcError) as err:
-        M.next_link_factor(*args)
+        step(*args)
     assert str(err.value) == words

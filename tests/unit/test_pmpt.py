@@ -383,6 +383,7 @@ def test_the_flat_path_kernels_are_the_array_formulas(paths, cap, x):
     path names -- each against the padded-array formula it replaced."""
     import numpy as np
     from apps.lessor import _kernels as K
+    from apps.lessor.pmpt import _path_load
     hops = max(len(p) for p in paths)
     pl = np.zeros((len(paths), hops), dtype=np.int64)
     ph = np.array([len(p) for p in paths], dtype=np.int64)
@@ -394,7 +395,7 @@ def test_the_flat_path_kernels_are_the_array_formulas(paths, cap, x):
     want_bn = np.where(hop, cap[pl], np.inf).min(axis=1) if hops else np.full(len(paths), np.inf)
     assert np.array_equal(K.path_bottleneck(cap, pl, ph), want_bn)
     want_load = np.bincount(pl[hop], weights=np.broadcast_to(x[:, None], pl.shape)[hop], minlength=6)
-    assert np.allclose(K.path_load(x, pl, ph, 6), want_load, rtol=1e-12, atol=0)
+    assert np.allclose(_path_load(x, pl, ph, 6), want_load, rtol=1e-12, atol=0)
     want_on = np.zeros(6, dtype=bool)
     want_on[pl[hop]] = True
     assert np.array_equal(K.links_crossed(pl, ph, 6), want_on)
