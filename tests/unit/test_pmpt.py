@@ -557,3 +557,185 @@ def test_the_answer_does_not_depend_on_the_order_the_flows_come_in():
         random.Random(seed).shuffle(shuffled)
         got = pmpt(shuffled, pd)
         assert got.flow_path == want.flow_path and got.flow_rate == want.flow_rate
+
+
+def _bottleneck_reference(flow_group, flow_demand, flow_path, group_start, path_links, path_hops, cap, load,
+                          max_rounds):
+    """The bottleneck search as its kernel read before the per-link flow
+    lists: an exchange tries every other flow in flow order (the oracle)."""
+    def links(q):
+        return [int(e) for e in path_links[q, :path_hops[q]]]
+
+    def peak_after(r, d):
+        return max(((load[e] + d) / cap[e] for e in links(r)), default=0.0)
+
+    def below(g, skip, d, bar, best):
+        found, lowest = -1, bar
+        for r in range(group_start[g], group_start[g + 1]):
+            if r == skip:
+                continue
+            pk = peak_after(r, d)
+            if pk < lowest:
+                found = r
+                if not best:
+                    break
+                lowest = pk
+        return found
+
+    def add(q, d):
+        for e in links(q):
+            load[e] += d
+
+    def improve(exchange, bar):
+        for f in range(len(flow_group)):
+            q = flow_path[f]
+            if not any(load[e] / cap[e] >= bar for e in links(q)):
+                continue
+            d = flow_demand[f]
+            add(q, -d)
+            if exchange:
+                g = flow_group[f]
+                for r in range(group_start[g], group_start[g + 1]):
+                    if r == q:
+                        continue
+                    for x in range(len(flow_group)):
+                        if x == f:
+                            continue
+                        qx, dx = flow_path[x], flow_demand[x]
+                        if not all((load[e] + d) / cap[e] < bar or e in links(qx) for e in links(r)):
+                            continue
+                        add(qx, -dx)
+                        if peak_after(r, d) < bar:
+                            add(r, d)
+                            rx = below(flow_group[x], qx, dx, bar, False)
+                            if rx >= 0:
+                                add(rx, dx)
+                                flow_path[f], flow_path[x] = r, rx
+                                return True
+                            add(r, -d)
+                        add(qx, dx)
+            else:
+                r = below(flow_group[f], q, d, bar, True)
+                if r >= 0:
+                    add(r, d)
+                    flow_path[f] = r
+                    return True
+            add(q, d)
+        return False
+
+    rounds = 0
+    while rounds < max_rounds:
+        bar = max(load[e] / cap[e] for e in range(len(cap))) - 1e-9
+        if not (improve(False, bar) or improve(True, bar)):
+            break
+        rounds += 1
+    return rounds
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 40), st.booleans())
+def test_the_bottleneck_search_kernel_is_the_scan_of_every_flow(seed, n_flows, ties):
+    """The bottleneck search tries, for an exchange, only the flows on the
+    candidate path's first link at the bar (any flow that can free the path
+    crosses it): the same moves, rounds and load as trying every flow."""
+    import numpy as np
+    from apps.lessor import _kernels as K
+    from apps.lessor.pmpt import _flatten, _groups
+    rng = np.random.default_rng(seed)
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    cap = np.array(pd.capacity) if ties else pd.capacity * rng.uniform(0.3, 1.0, len(pd.capacity))
+    tors = [s for s in view.switches if s.startswith("e")]
+    flows = [LongFlow(i, *rng.choice(tors, 2, replace=False),
+                      float(rng.choice([2e6, 4e6, 6e6]) if ties else rng.uniform(1e6, 8e6))) for i in range(n_flows)]
+    groups, _, _ = _groups(flows, pd, cap)
+    path_links, path_hops, group_start, _, _ = _flatten(groups, cap)
+    order = [(gi, f) for gi, g in enumerate(groups) for f in g.flows]
+    fg = np.array([gi for gi, _ in order], dtype=np.int64)
+    fd = np.array([f.demand for _, f in order])
+    start = np.array([rng.integers(group_start[g], group_start[g + 1]) for g in fg], dtype=np.int64)
+    want_path, got_path = start.copy(), start.copy()
+    want_load = K.flow_load(start, fd, path_links, path_hops, len(cap))
+    got_load = want_load.copy()
+    want = _bottleneck_reference(fg, fd, want_path, group_start, path_links, path_hops, cap, want_load, 500)
+    got = K.bottleneck_search(fg, fd, got_path, group_start, path_links, path_hops, cap, got_load, 500)
+    assert (got, list(got_path)) == (want, list(want_path))
+    assert np.allclose(got_load, want_load, rtol=1e-12, atol=1e-3)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 30))
+def test_the_cached_paths_bound_alpha_from_above(seed, n_flows):
+    """alpha(l) from the groups' cached paths is never below the exact alpha
+    (the lightest paths'): so when D(l) over it is no better than the bound
+    in hand, the exact bound cannot be either -- PMPT skips it then."""
+    import numpy as np
+    from apps.lessor import _kernels as K
+    from apps.lessor.pmpt import _flatten, _groups
+    rng = np.random.default_rng(seed)
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    tors = [s for s in view.switches if s.startswith("e")]
+    flows = [LongFlow(i, *rng.choice(tors, 2, replace=False), float(rng.uniform(1e6, 8e6))) for i in range(n_flows)]
+    groups, _, _ = _groups(flows, pd, pd.capacity)
+    pl, ph, gs, _, _ = _flatten(groups, pd.capacity)
+    demand = np.array([g.demand for g in groups])
+    length = rng.uniform(0.0, 5.0, len(pd.capacity))
+    cached = np.array([rng.integers(gs[j], gs[j + 1]) for j in range(len(groups))], dtype=np.int64)
+    exact = K.dual_alpha(demand, gs, pl, ph, length)
+    assert K.cached_alpha(demand, pl, ph, length, cached) >= exact * (1 - 1e-12)
+    lightest = np.array([K._lightest(length, pl, ph, gs[j], gs[j + 1])[0] for j in range(len(groups))])
+    assert K.cached_alpha(demand, pl, ph, length, lightest) == pytest.approx(exact, rel=1e-12)
+    cached[0] = -1
+    assert K.cached_alpha(demand, pl, ph, length, cached) == math.inf
+
+
+def test_skipping_the_exact_dual_when_it_cannot_help_changes_no_answer(monkeypatch):
+    """PMPT computes the exact alpha(l) only when D(l) over the cached paths'
+    alpha beats the bound in hand. Against computing it every other phase
+    (cached_alpha patched to 0): the same lambda, bound, phases and flow on
+    fabrics where the dual certifies (core links at a quarter) and where it
+    never does (uneven links) -- with fewer exact computations on the latter."""
+    import numpy as np
+
+    from apps.lessor import _kernels as K
+    from apps.lessor.pmpt import _cut_bound, _flatten, _fptas, _groups
+    exact = K.dual_alpha
+    calls = []
+
+    def counted(*a):
+        calls.append(1)
+        return exact(*a)
+
+    monkeypatch.setattr(K, "dual_alpha", counted)
+    fewer = 0
+    for seed, core in ((0, 0.25), (1, 0.25), (2, 0.25), (0, None), (1, None)):
+        view = NetworkView(builders.fattree(8, link_mbps=10))
+        pd = PathDictionary(view)
+        role = lambda n: view.graph.nodes[n].get("role")     # noqa: E731
+        if core is None:
+            cap = pd.capacity * np.random.default_rng(seed).uniform(0.3, 1.0, len(pd.capacity))
+        else:
+            cap = np.array([c * (core if "core" in (role(u), role(v)) else 1.0) for (u, v), c in
+                            zip(pd.links, pd.capacity)])
+        flows = [f for f in _random_flows(view, random.Random(seed), 60) if f.src_tor != f.dst_tor]
+        groups, _, _ = _groups(flows, pd, cap)
+        pl, ph, gs, _, bottleneck = _flatten(groups, cap)
+        demand = np.array([g.demand * _cut_bound(groups, pd, cap) for g in groups])
+        used = np.unique(np.concatenate([g.idx.ravel() for g in groups]))
+        args = (demand, gs, pl, ph, bottleneck, cap, used, 0.05, 5000, math.log(len(used) / 0.95) / 0.05,
+                (0.0, None, None))
+        runs = []
+        for always in (False, True):
+            if always:
+                monkeypatch.setattr(K, "cached_alpha", lambda *a: math.inf)
+            calls.clear()
+            lam, x, load, phases, steps, ub, why = _fptas(*args)
+            runs.append(((lam, phases, steps, ub, why), x, len(calls)))
+        monkeypatch.undo()
+        monkeypatch.setattr(K, "dual_alpha", counted)
+        (skip, x_skip, n_skip), (full, x_full, n_full) = runs
+        assert skip == full and np.array_equal(x_skip, x_full), (seed, core, skip, full)
+        assert n_full == skip[1] // 2 and n_skip <= n_full
+        fewer += n_skip < n_full
+    assert fewer >= 2
