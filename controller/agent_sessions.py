@@ -51,6 +51,7 @@ from bwcommon.channel import ChannelError, host_key, load_secret
 from bwcommon.agentclient import AgentClient
 from bwcommon.hostconfig import CLASS_BG, CLASS_WC, CLASS_YOUNG, PAIR_CLASS_BASE, WC_PAIR_CLASS_BASE, in_pair_slots
 from bwcommon.transport import FrameError
+from controller.ratepump import rate_pump
 from controller.sockwatch import idle_watch
 
 log = logging.getLogger("bwfabric.agents")
@@ -106,6 +107,10 @@ class Session:
         self.st = AgentState(endpoint.host, endpoint.address, last_error=key_error)
         self.guard = LoopGuard(log)
         self.watched: object | None = None    # the socket handed to the idle watch (None: not watched)
+        self.lent = False                      # the socket is with the rate pump: a rates request in flight
+        self.lent_error: str | None = None     # why the pump's last request failed (the thread reconnects)
+        self.waiting_on_loan = False           # the thread waits for the pump to give the socket back
+        self.next_status = 0.0
         self.thread = threading.Thread(target=self._run, name=f"agent-{endpoint.host}", daemon=True)
 
     # ---- what the controller asks for (any thread; never blocks on the agent) -----------------
@@ -120,7 +125,65 @@ class Session:
         :attr:`lrc_reply`, so the round trip can be measured."""
         with self.cond:
             self.rates, self.rates_token = body, token
+            if self.lent:
+                return                         # the pump sends it as soon as the reply in flight is in
+            sock = self.watched
+            if sock is None or not self._loanable(sock):
+                self.cond.notify()
+                return
+            self.watched, self.lent = None, True
+        idle_watch().unwatch(sock)
+        rate_pump().submit(self)
+
+    def _loanable(self, sock) -> bool:
+        """Whether the idle socket can go to the rate pump (under ``cond``):
+        connected, nothing else to do before the next status read."""
+        return (self.key_ok and not self.stopping and not self.need_push and self.client.sock is sock
+                and time.monotonic() < self.next_status)
+
+    # ---- the rate pump's side (its thread; controller.ratepump) -----------------------------------
+    def take_rates(self) -> tuple[dict, float | None] | None:
+        """The factors to send now, taken out of the slot; None (and the
+        loan ended) if there are none or the socket is needed elsewhere."""
+        with self.cond:
+            if self.rates is None or not self._loanable(self.client.sock):
+                self._end_loan()
+                return None
+            rates, self.rates = self.rates, None
+            return rates, self.rates_token
+
+    def rates_replied(self, reply: dict, token: float | None) -> bool:
+        """The pump's request got its reply: taken as the thread takes one.
+        Returns whether to go on (newer factors are waiting); if not, the
+        loan has ended."""
+        with self.cond:
+            self._rates_reply(reply, token)
+            if self.rates is not None and self._loanable(self.client.sock):
+                return True
+            self._end_loan()
+            return False
+
+    def end_loan(self, why: str, rates: dict | None = None, token: float | None = None) -> None:
+        """The pump's request failed: the factors back in the slot (unless
+        newer ones came), and the thread wakes to reconnect."""
+        with self.cond:
+            if rates is not None and self.rates is None:
+                self.rates, self.rates_token = rates, token
+            self.lent_error = why
+            self.lent = False
             self.cond.notify()
+
+    def _end_loan(self) -> None:
+        """The socket back from the pump (under ``cond``): to the idle watch
+        if there is nothing else to do, else to the woken thread."""
+        self.lent = False
+        sock = self.client.sock
+        if (self.waiting_on_loan or sock is None or self.rates is not None
+                or not self._loanable(sock)):
+            self.cond.notify()
+            return
+        self.watched = sock
+        idle_watch().watch(sock, self._peer_event)
 
     def lrc_report(self) -> tuple[float | None, float, dict] | None:
         """(token, monotonic time of the reply, the pairs open at the agent)
@@ -159,19 +222,32 @@ class Session:
             with self.cond:
                 if self.stopping:
                     return
-                now = time.monotonic()
-                if not self.client.connected:        # until the next attempt, whatever is pending
-                    wait = self.next_connect - now
-                elif not self._has_work():           # until the status is due, or the agent closes the socket
-                    wait = self.next_status - now
-                else:
-                    wait = 0.0
-                if wait > 0:
-                    if self.client.connected:
-                        self._watch()
-                    self.cond.wait(wait)
-                if self.stopping:
-                    return
+                if self.lent:                        # the rate pump has the socket: it wakes us when done
+                    self.waiting_on_loan = True
+                    self.cond.wait(1.0)
+                    self.waiting_on_loan = False
+                    continue
+                failed, self.lent_error = self.lent_error, None
+                if failed is None:
+                    now = time.monotonic()
+                    if not self.client.connected:        # until the next attempt, whatever is pending
+                        wait = self.next_connect - now
+                    elif not self._has_work():           # until the status is due, or the agent closes the socket
+                        wait = self.next_status - now
+                    else:
+                        wait = 0.0
+                    if wait > 0:
+                        if self.client.connected:
+                            self._watch()
+                        self.cond.wait(wait)
+                    if self.stopping:
+                        return
+                    if self.lent:
+                        continue
+            if failed is not None:                   # the pump's request failed: as a failure of ours
+                self._disconnected(failed)
+                self.next_connect = time.monotonic() + self.backoff
+                continue
             self._unwatch()                          # the socket is ours again: replies are read here
             if not self.key_ok:
                 with self.cond:
@@ -273,15 +349,19 @@ class Session:
                         self.rates, self.rates_token = rates, token
                 raise
             with self.cond:
-                self.st.rate_pushes += 1
-                if not reply.get("ok"):
-                    self.st.last_error = f"agent refused rates: {reply.get('error')}"
-                else:
-                    per_vm, problems = check_vm_reports(reply, self.endpoint.host)
-                    if problems:
-                        self._refused_report(f"LRC report: {problems[0]}" + (
-                            f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-                    self.lrc_reply = (token, time.monotonic(), per_vm)
+                self._rates_reply(reply, token)
+
+    def _rates_reply(self, reply: dict, token: float | None) -> None:
+        """A rates reply, taken (under ``cond``; the thread's or the pump's)."""
+        self.st.rate_pushes += 1
+        if not reply.get("ok"):
+            self.st.last_error = f"agent refused rates: {reply.get('error')}"
+        else:
+            per_vm, problems = check_vm_reports(reply, self.endpoint.host)
+            if problems:
+                self._refused_report(f"LRC report: {problems[0]}" + (
+                    f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+            self.lrc_reply = (token, time.monotonic(), per_vm)
 
     def _refused_report(self, why: str) -> None:
         """A malformed reply of this agent: counted and named against its
