@@ -75,8 +75,21 @@ def start_agents(workdir: Path, n: int, master: bytes, per_process: int = 1) -> 
     return procs
 
 
-def phase(sessions: dict[str, Session], live: list[str], seconds: float, period_s: float) -> dict:
+def process_cpu_s(pids) -> float:
+    """User + system CPU seconds of these processes (/proc; a process gone counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])      # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def phase(sessions: dict[str, Session], live: list[str], seconds: float, period_s: float, agent_pids=()) -> dict:
     before = {h: sessions[h].state()["rate_pushes"] for h in sessions}
+    agents0 = process_cpu_s(agent_pids)
     cpu0 = time.process_time()          # this process is the controller's side: sessions and producer
     t0 = time.monotonic()
     k = 0
@@ -87,6 +100,7 @@ def phase(sessions: dict[str, Session], live: list[str], seconds: float, period_
         time.sleep(max(0.0, t0 + k * period_s - time.monotonic()))
     dt = time.monotonic() - t0
     cpu = time.process_time() - cpu0
+    agents_cpu = process_cpu_s(agent_pids) - agents0
     got = {h: sessions[h].state()["rate_pushes"] - before[h] for h in sessions}
     rates = [got[h] / dt for h in live]
     pushes = sum(got[h] for h in live)
@@ -94,7 +108,9 @@ def phase(sessions: dict[str, Session], live: list[str], seconds: float, period_
             "mean_period_ms": 1000 * len(live) * dt / max(1, pushes),
             # what the agents' machines do not pay for: the controller's CPU per confirmed push
             "controller_cpu_ms_per_push": 1000 * cpu / max(1, pushes),
-            "pushes_per_controller_core_s": pushes / cpu if cpu > 0 else float("inf")}
+            "pushes_per_controller_core_s": pushes / cpu if cpu > 0 else float("inf"),
+            # the agents' processes, on this machine the same cores: what a fabric's hosts pay instead
+            "agents_cpu_ms_per_push": 1000 * agents_cpu / max(1, pushes)}
 
 
 def main(argv=None) -> int:
@@ -131,18 +147,20 @@ def main(argv=None) -> int:
         live = [h for h in hosts if procs[h] is not victim]
         what = "one" if len(stopped) == 1 else f"{len(stopped)} (one process)"
         period = args.period_ms / 1000
-        rows = [("all up", phase(sessions, hosts, args.seconds, period))]
+        pids = sorted({p.pid for p in procs.values()})
+        rows = [("all up", phase(sessions, hosts, args.seconds, period, pids))]
         os.kill(victim.pid, signal.SIGSTOP)
-        rows.append((f"{what} hung (SIGSTOP)", phase(sessions, live, args.seconds, period)))
+        rows.append((f"{what} hung (SIGSTOP)", phase(sessions, live, args.seconds, period, pids)))
         os.kill(victim.pid, signal.SIGKILL)
-        rows.append((f"{what} dead (SIGKILL)", phase(sessions, live, args.seconds, period)))
+        rows.append((f"{what} dead (SIGKILL)", phase(sessions, live, args.seconds, period, pids)))
         print(f"\nrate-factor pushes confirmed by the agents ({args.agents} agents, {args.seconds:g} s per phase, "
               f"{'as fast as offered' if not period else f'offered every {args.period_ms:g} ms'}):")
         print(f"{'phase':<32}{'pushes/s':>10}{'slowest live agent/s':>22}{'mean period ms':>16}"
-              f"{'ctl CPU ms/push':>17}{'per ctl core/s':>16}")
+              f"{'ctl CPU ms/push':>17}{'per ctl core/s':>16}{'agents CPU ms/push':>20}")
         for name, r in rows:
             print(f"{name:<32}{r['pushes_per_s']:>10.0f}{r['slowest_agent_per_s']:>22.1f}{r['mean_period_ms']:>16.1f}"
-                  f"{r['controller_cpu_ms_per_push']:>17.3f}{r['pushes_per_controller_core_s']:>16.0f}")
+                  f"{r['controller_cpu_ms_per_push']:>17.3f}{r['pushes_per_controller_core_s']:>16.0f}"
+                  f"{r['agents_cpu_ms_per_push']:>20.3f}")
         ratio = rows[1][1]["slowest_agent_per_s"] / rows[0][1]["slowest_agent_per_s"]
         print(f"slowest live agent with one hung / all up: {ratio:.2f}")
     finally:

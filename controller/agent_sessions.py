@@ -14,6 +14,10 @@ so a slow or dead agent blocks nobody but itself. A session holds
   only put a state in force that is already out of date);
 - a **latest-value slot** for rate factors (LRC): a new value replaces one
   not yet sent, so a slow agent gets the freshest factors, never a backlog.
+  While the session is idle its socket is lent to the process's rate pump
+  (:mod:`controller.ratepump`), which sends the factors and reads the
+  replies of every idle session from one thread; anything else the
+  session must do ends the loan.
 
 Between pushes the session asks for the agent's status every
 ``status_interval_s`` (what is in force, read back from the kernel; this
