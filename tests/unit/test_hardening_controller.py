@@ -262,10 +262,10 @@ def test_the_poll_loop_survives_a_round_that_raises(app):
 
 def test_lessor_keeps_polling_and_allocating_through_a_fuzzed_event_stream():
     """The short form of ``python -m benchmarks.lessor_fuzz --minutes 10``:
-    polls and allocations rise in every 4 s interval, the poll thread lives
-    (12 s: about 20 polls and 16-20 allocations an interval after the first)."""
+    polls and allocations rise in every 2 s interval, the poll thread lives
+    (6 s: about 10 polls and 8-10 allocations an interval after the first)."""
     from benchmarks.lessor_fuzz import run
-    samples = run(12, seed=7, report_s=4, out=lambda _line: None)
+    samples = run(6, seed=7, report_s=2, out=lambda _line: None)
     assert len(samples) >= 3
     assert all(s["alive"] for s in samples)
     for a, b in zip(samples, samples[1:]):
