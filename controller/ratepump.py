@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 
 from bwcommon.transport import MAX_FRAME
+from controller.sockwatch import WakeableSelector, process_singleton
 
 log = logging.getLogger("bwfabric.agents")
 
@@ -54,14 +55,11 @@ class _Job:
     inbuf: bytearray = field(default_factory=bytearray)
 
 
-class RatePump:
+class RatePump(WakeableSelector):
     def __init__(self):
-        self._sel = selectors.DefaultSelector()
+        super().__init__()
         self._lock = threading.Lock()
         self._queue: collections.deque = collections.deque()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._jobs: dict[int, _Job] = {}          # fd -> the request in flight on it
         self.sent = 0                             # requests written
         self.replies = 0                          # replies taken
@@ -75,7 +73,7 @@ class RatePump:
         pending factors."""
         with self._lock:
             self._queue.append(session)
-        self._wake_w.send(b"\0")
+        self.wake()
 
     def in_flight(self) -> int:
         with self._lock:
@@ -100,11 +98,7 @@ class RatePump:
         now = time.monotonic()
         timeout = min((j.deadline for j in self._jobs.values()), default=now + 1.0) - now
         for key, mask in self._sel.select(max(0.0, timeout)):
-            if key.data is None:
-                try:
-                    self._wake_r.recv(4096)
-                except BlockingIOError:
-                    pass
+            if self.drained(key):
                 continue
             job = key.data
             if mask & selectors.EVENT_WRITE:
@@ -214,14 +208,4 @@ class RatePump:
         job.session.end_loan(why, job.rates, job.token)
 
 
-_PUMP: RatePump | None = None
-_PUMP_LOCK = threading.Lock()
-
-
-def rate_pump() -> RatePump:
-    """The process's pump, started on first use."""
-    global _PUMP
-    with _PUMP_LOCK:
-        if _PUMP is None:
-            _PUMP = RatePump()
-        return _PUMP
+rate_pump = process_singleton(RatePump)

@@ -22,13 +22,49 @@ from typing import Callable
 log = logging.getLogger("bwfabric.agents")
 
 
-class IdleWatch:
+class WakeableSelector:
+    """An epoll set (:mod:`selectors`) with a wake-up socket registered
+    under ``None``: :meth:`wake` makes a ``select`` return, :meth:`drained`
+    takes the wake-up's bytes when its key comes back."""
+
     def __init__(self):
         self._sel = selectors.DefaultSelector()
-        self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+
+    def wake(self) -> None:
+        self._wake_w.send(b"\0")
+
+    def drained(self, key) -> bool:
+        """Whether ``key`` is the wake-up's (its bytes then read)."""
+        if key.data is not None:
+            return False
+        try:
+            self._wake_r.recv(4096)
+        except BlockingIOError:
+            pass
+        return True
+
+
+def process_singleton(cls):
+    """A function returning the process's one ``cls()``, made on first call."""
+    lock = threading.Lock()
+    made: list = []
+
+    def get():
+        with lock:
+            if not made:
+                made.append(cls())
+            return made[0]
+    get.__doc__ = f"The process's {cls.__name__}, started on first use."
+    return get
+
+
+class IdleWatch(WakeableSelector):
+    def __init__(self):
+        super().__init__()
+        self._lock = threading.Lock()
         self.events = 0                   # sockets found readable (closed by their peer, or a stray byte)
         self.errors = 0
         self._thread = threading.Thread(target=self._run, name="agent-sockwatch", daemon=True)
@@ -47,7 +83,7 @@ class IdleWatch:
             except (ValueError, OSError):          # closed meanwhile: readable as far as anyone cares
                 on_readable()
                 return
-        self._wake_w.send(b"\0")                   # a selector that is not epoll picks it up now
+        self.wake()                                # a selector that is not epoll picks it up now
 
     def unwatch(self, sock: socket.socket | None) -> None:
         if sock is None:
@@ -71,11 +107,7 @@ class IdleWatch:
                 log.debug("idle-socket watch: %s", exc)
                 continue
             for key, _ in ready:
-                if key.data is None:
-                    try:
-                        self._wake_r.recv(4096)
-                    except BlockingIOError:
-                        pass
+                if self.drained(key):
                     continue
                 with self._lock:
                     current = self._sel.get_map().get(key.fd)
@@ -90,14 +122,4 @@ class IdleWatch:
                     log.exception("idle-socket watch: a callback failed")
 
 
-_WATCH: IdleWatch | None = None
-_WATCH_LOCK = threading.Lock()
-
-
-def idle_watch() -> IdleWatch:
-    """The process's watcher, started on first use."""
-    global _WATCH
-    with _WATCH_LOCK:
-        if _WATCH is None:
-            _WATCH = IdleWatch()
-        return _WATCH
+idle_watch = process_singleton(IdleWatch)

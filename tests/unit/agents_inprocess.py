@@ -16,6 +16,35 @@ from bwtesting.executors import RecordingExecutor
 from hostagent.agent import Agent
 
 MASTER = bytes(range(32))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def until(cond, timeout: float = 5.0) -> bool:
+    """Poll ``cond`` every 5 ms until it holds (True) or ``timeout`` s pass (False)."""
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def fabric_data(workdir: Path, vms: dict, **agents) -> dict:
+    """examples/fattree4.yaml as a dict for agents on ``unix:<workdir>/<host>.sock``
+    (the master key written there), tenant ``t`` holding ``vms``, no API;
+    ``agents`` overrides the agents section's settings."""
+    import yaml
+
+    from bwcommon.channel import write_secret
+    write_secret(workdir / "master.key", MASTER.hex())
+    data = yaml.safe_load((ROOT / "examples" / "fattree4.yaml").read_text())
+    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
+    data["agents"] = {"master_key_file": str(workdir / "master.key"),
+                      "address_template": f"unix:{workdir}/{{host}}.sock", **agents}
+    data["tenants"] = {"t": {"vms": vms}}
+    data.pop("api")
+    return data
 
 
 class LocalAgent:

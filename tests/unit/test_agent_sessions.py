@@ -8,12 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from controller import config
 from controller.agent_sessions import AgentSessions
-from bwcommon.channel import write_secret
-from tests.unit.agents_inprocess import MASTER, LocalAgent
+from tests.unit.agents_inprocess import LocalAgent, fabric_data
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ("h1", "h2", "h5")
@@ -30,13 +28,7 @@ def wait_for(cond, timeout=5.0):
 
 @pytest.fixture
 def fabric(tmp_path):
-    write_secret(tmp_path / "master.key", MASTER.hex())
-    data = yaml.safe_load((ROOT / "examples" / "fattree4.yaml").read_text())
-    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
-    data["agents"] = {"master_key_file": str(tmp_path / "master.key"),
-                      "address_template": f"unix:{tmp_path}/{{host}}.sock", "status_interval_s": 0.2}
-    data["tenants"] = {"t": {"vms": {f"v{h}": {"host": h, "guarantee_mbps": 2} for h in HOSTS}}}
-    data.pop("api")
+    data = fabric_data(tmp_path, {f"v{h}": {"host": h, "guarantee_mbps": 2} for h in HOSTS}, status_interval_s=0.2)
     agents = {h: LocalAgent(tmp_path, h).start() for h in HOSTS}
     sessions = []
 

@@ -15,29 +15,17 @@ import socket
 import struct
 import threading
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from bwcommon.channel import ReplayGuard, Receiver, Sender, write_secret
+from bwcommon.channel import ReplayGuard, Receiver, Sender
 from bwcommon.transport import MAX_FRAME
 from controller import config
 from controller.agent_sessions import AgentSessions
 from controller.ratepump import RatePump
-from tests.unit.agents_inprocess import MASTER, LocalAgent
+from tests.unit.agents_inprocess import LocalAgent, fabric_data, until
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = bytes(range(32, 64))
-
-
-def _until(cond, timeout=5.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return False
 
 
 class _Client:
@@ -99,13 +87,13 @@ def test_a_reply_written_byte_by_byte_is_taken_and_the_next_factors_go_out():
     for byte in _frame(seal({"ok": True, "n": 1})):
         b.send(bytes([byte]))
         time.sleep(0.001)
-    assert _until(lambda: len(s.replies) == 1)
+    assert until(lambda: len(s.replies) == 1)
     assert s.replies[0][0]["n"] == 1 and s.replies[0][1] == 1.5
     (_, body2), _ = _agent_side(b)                  # the loan went on: the newer factors, at once
     assert body2["factors"] == {"a": 2}
     b.sendall(_frame(seal({"ok": True, "n": 2})))
-    assert _until(lambda: len(s.replies) == 2) and s.ended == []
-    assert _until(lambda: pump.in_flight() == 0)
+    assert until(lambda: len(s.replies) == 2) and s.ended == []
+    assert until(lambda: pump.in_flight() == 0)
     assert a.gettimeout() == 2.0                    # blocking again, as the session's thread uses it
     assert (pump.sent, pump.replies, pump.failures, pump.errors) == (2, 2, 0, 0)
 
@@ -128,7 +116,7 @@ def test_a_bad_or_missing_reply_ends_the_loan_with_the_factors_kept(answer, why)
         b.sendall(data)
     else:
         b.close()
-    assert _until(lambda: s.ended)
+    assert until(lambda: s.ended)
     (reason, rates, token), = s.ended
     assert why in reason and rates == {"factors": {"a": 1}} and token == 1.5
     assert s.replies == [] and pump.failures == 1 and pump.in_flight() == 0 and pump.errors == 0
@@ -140,28 +128,22 @@ def test_a_bug_in_one_session_ends_its_loan_and_not_the_pump():
     broken = _Session(a)
     broken.take_rates = lambda: 1 / 0
     pump.submit(broken)
-    assert _until(lambda: broken.ended)
+    assert until(lambda: broken.ended)
     assert "internal error" in broken.ended[0][0] and pump.errors == 1
     c, d = socket.socketpair()
     s = _Session(c)
     pump.submit(s)
     _, seal = _agent_side(d)
     d.sendall(_frame(seal({"ok": True})))
-    assert _until(lambda: len(s.replies) == 1)
+    assert until(lambda: len(s.replies) == 1)
 
 
 # ---- sessions against real agents ----------------------------------------------------------------
 
 @pytest.fixture
 def fabric(tmp_path):
-    write_secret(tmp_path / "master.key", MASTER.hex())
-    data = yaml.safe_load((ROOT / "examples" / "fattree4.yaml").read_text())
-    data["fabric"]["topology"] = str(ROOT / "examples" / "fattree4.json")
-    data["agents"] = {"master_key_file": str(tmp_path / "master.key"),
-                      "address_template": f"unix:{tmp_path}/{{host}}.sock", "status_interval_s": 60,
-                      "request_timeout_s": 0.5}
-    data["tenants"] = {"t": {"vms": {"vh1": {"host": "h1", "guarantee_mbps": 2}}}}
-    data.pop("api")
+    data = fabric_data(tmp_path, {"vh1": {"host": "h1", "guarantee_mbps": 2}}, status_interval_s=60,
+                       request_timeout_s=0.5)
     agent = LocalAgent(tmp_path, "h1").start()
     made = []
 
@@ -179,7 +161,7 @@ def fabric(tmp_path):
 
 def _idle(session):
     """Connected, configured, status read, its socket in the idle watch."""
-    return _until(lambda: session.watched is not None and session.st.version_in_force == 1
+    return until(lambda: session.watched is not None and session.st.version_in_force == 1
                   and session.st.status_at is not None)
 
 
@@ -193,12 +175,12 @@ def test_factors_to_an_idle_session_go_through_the_pump_without_waking_its_threa
     for i in range(50):
         s.push_rates({"factors": {"i": i}}, token=float(i))
         time.sleep(0.004)
-    assert _until(lambda: agent.agent.rates == {"i": 49})
-    assert _until(lambda: s.lrc_report() is not None and s.lrc_report()[0] == 49.0)
+    assert until(lambda: agent.agent.rates == {"i": 49})
+    assert until(lambda: s.lrc_report() is not None and s.lrc_report()[0] == 49.0)
     assert rate_pump().replies - replies >= 10
     assert s.guard.stats["session"].rounds == rounds          # the thread never ran a round
     assert s.st.rate_pushes >= 10 and s.st.last_error is None
-    assert _until(lambda: s.watched is not None and not s.lent)   # back in the idle watch
+    assert until(lambda: s.watched is not None and not s.lent)   # back in the idle watch
 
 
 def test_a_hung_agent_times_the_loan_out_and_the_session_reconnects_with_the_newest_factors(fabric):
@@ -219,9 +201,9 @@ def test_a_hung_agent_times_the_loan_out_and_the_session_reconnects_with_the_new
     agent.agent.handle = handle
     agent.agent.server.handler = handle
     s.push_rates({"factors": {"x": 1}})
-    assert _until(lambda: s.st.last_error is not None and "no reply to rates" in s.st.last_error)
+    assert until(lambda: s.st.last_error is not None and "no reply to rates" in s.st.last_error)
     # no newer factors came: the ones that timed out are sent again once the session has reconnected
-    assert _until(lambda: agent.agent.rates == {"x": 1}, timeout=5)
+    assert until(lambda: agent.agent.rates == {"x": 1}, timeout=5)
     assert s.st.connects >= 2
 
 
@@ -258,8 +240,8 @@ def test_an_agent_restarting_under_the_pump_gets_its_config_and_the_factors(fabr
             agent.restart()
         time.sleep(0.01)
     s.push_rates({"factors": {"i": "last"}})
-    assert _until(lambda: agent.agent.rates == {"i": "last"}, timeout=5)
-    assert _until(lambda: agent.agent.version == 1)
+    assert until(lambda: agent.agent.rates == {"i": "last"}, timeout=5)
+    assert until(lambda: agent.agent.version == 1)
 
 
 def test_racing_configs_status_and_factors_never_interleave_on_the_channel(fabric):
@@ -295,14 +277,14 @@ def test_racing_configs_status_and_factors_never_interleave_on_the_channel(fabri
             loaded = new
             s.status_interval_s = 0.05 if version % 3 == 0 else 60
             time.sleep(0.01)
-        assert _until(lambda: agent.agent.version == 31, timeout=5)     # while the factors still stream
+        assert until(lambda: agent.agent.version == 31, timeout=5)     # while the factors still stream
     finally:
         stop.set()
         for t in threads:
             t.join()
     s.push_rates({"factors": {"done": True}})
-    assert _until(lambda: agent.agent.rates == {"done": True}, timeout=5)
-    assert _until(lambda: agent.agent.version == 31, timeout=5)
+    assert until(lambda: agent.agent.rates == {"done": True}, timeout=5)
+    assert until(lambda: agent.agent.version == 31, timeout=5)
     assert agent.agent.vm().config.guarantee_mbps == 1 + 31 % 5
     assert s.st.refusals == 0 and s.st.report_refusals == 0 and s.st.connects == 1 and s.st.last_error is None
     assert (rate_pump().errors, rate_pump().failures) == (errors_before, failures_before)

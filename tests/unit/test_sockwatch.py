@@ -10,15 +10,7 @@ import threading
 import time
 
 from controller.sockwatch import IdleWatch
-
-
-def _until(cond, timeout=5.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return False
+from tests.unit.agents_inprocess import until
 
 
 def test_a_watched_socket_is_reported_once_when_its_peer_closes():
@@ -29,7 +21,7 @@ def test_a_watched_socket_is_reported_once_when_its_peer_closes():
     time.sleep(0.05)
     assert calls == [] and w.watching() == 1
     b.close()
-    assert _until(lambda: calls == ["a"])
+    assert until(lambda: calls == ["a"])
     time.sleep(0.05)
     assert calls == ["a"] and w.watching() == 0 and w.events == 1      # forgotten after its one event
     a.close()
@@ -58,7 +50,7 @@ def test_a_failing_callback_is_counted_and_the_watch_goes_on():
     w.watch(pairs[1][0], lambda: got.append(1))
     for _, b in pairs:
         b.close()
-    assert _until(lambda: got == [1] and w.errors == 1)
+    assert until(lambda: got == [1] and w.errors == 1)
 
 
 def test_racing_hand_overs_each_get_their_one_call():
@@ -84,7 +76,7 @@ def test_racing_hand_overs_each_get_their_one_call():
     assert w.watching() == n
     for _, b in pairs:
         b.close()
-    assert _until(lambda: sum(counts) == n)
+    assert until(lambda: sum(counts) == n)
     time.sleep(0.05)
     assert counts == [1] * n and w.watching() == 0
     for a, _ in pairs:
