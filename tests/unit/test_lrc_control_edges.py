@@ -117,3 +117,31 @@ def test_a_link_at_exactly_the_saturation_load_is_full_and_each_drop_is_counted(
     lf.r["L"] = 2 * eq
     lf.update({"L": 95.0})
     assert lf.saturation_drops == 2
+
+
+def test_set_pairs_reseeds_exactly_the_links_whose_pairs_or_terms_changed():
+    """The same pairs again: nothing re-seeded, every factor kept. A pair's
+    weight changed on one link: that link alone, whichever order the links
+    come in (the first one unchanged), each re-seed counted."""
+    p = M.LrcParams(rescale="weights", anti_windup=False)
+    lf = LinkFactors(p, {"L1": 100.0, "L2": 100.0, "L3": 100.0})
+    pairs = {"A": PairPath(1, 0, frozenset({"L1"})), "B": PairPath(1, 0, frozenset({"L2"})),
+             "C": PairPath(1, 0, frozenset({"L3"}))}
+    assert lf.set_pairs(pairs) == {"L1", "L2", "L3"} and lf.rescales == 0      # new links: seeded, no rescale
+    lf.r.update({"L1": 40.0, "L2": 41.0, "L3": 42.0})
+    assert lf.set_pairs(dict(pairs)) == set()
+    assert lf.r == {"L1": 40.0, "L2": 41.0, "L3": 42.0} and lf.rescales == 0
+    changed = dict(pairs, B=PairPath(2, 0, frozenset({"L2"})), C=PairPath(1, 5, frozenset({"L3"})))
+    assert lf.set_pairs(changed) == {"L2", "L3"}
+    assert lf.r["L1"] == 40.0 and lf.rescales == 2
+
+
+def test_a_new_link_is_seeded_at_eq_7_unless_the_rescale_is_equilibrium():
+    """A link no pair crossed before starts at μC/Σw (Eq. 7) with rescale
+    none or weights, at its equilibrium (the guarantees counted) with
+    rescale equilibrium."""
+    pairs = {"A": PairPath(1, 60, frozenset({"L"})), "B": PairPath(1, 0, frozenset({"L"}))}
+    for rescale, want in (("weights", 90.0 / 2), ("none", 90.0 / 2), ("equilibrium", 30.0)):  # 60 + 30 = 90
+        lf = LinkFactors(M.LrcParams(mu=0.9, rescale=rescale), {"L": 100.0})
+        lf.set_pairs(pairs)
+        assert lf.r["L"] == pytest.approx(want), rescale
