@@ -632,9 +632,12 @@ class AgentSessions:
         return [s.state() for s in sessions]
 
     def samples(self, loaded: Loaded):
-        """Metrics of every session (see controller.metrics)."""
+        """Metrics of every session and of the rate pump (see controller.metrics)."""
         now = time.time()
         vms = loaded.host_vms()
+        pump = rate_pump()
+        yield "bwfabric_rate_pump_failures", {}, pump.failures
+        yield "bwfabric_rate_pump_errors", {}, pump.errors
         for st in self.states():
             h = {"host": st["host"]}
             yield "bwfabric_agent_connected", h, int(st["connected"])
@@ -645,7 +648,8 @@ class AgentSessions:
                 yield "bwfabric_agent_config_version", h, st["version_in_force"]
             for key, name in (("pushes", "bwfabric_agent_pushes"), ("push_failures", "bwfabric_agent_push_failures"),
                               ("refusals", "bwfabric_agent_refusals"), ("connects", "bwfabric_agent_connects"),
-                              ("report_refusals", "bwfabric_agent_report_refusals")):
+                              ("report_refusals", "bwfabric_agent_report_refusals"),
+                              ("rate_pushes", "bwfabric_agent_rate_pushes")):
                 yield name, h, st[key]
             for cls, n in sorted(st["class_bytes"].items()):
                 yield "bwfabric_agent_class_bytes", {**h, "class": cls}, n

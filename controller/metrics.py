@@ -73,6 +73,10 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...], str]] = {
     "bwfabric_agent_push_failures": ("counter", ("host",), "pushes that failed (connection, timeout)"),
     "bwfabric_agent_refusals": ("counter", ("host",), "pushes the agent refused"),
     "bwfabric_agent_connects": ("counter", ("host",), "connections the session made to the agent"),
+    "bwfabric_agent_rate_pushes": ("counter", ("host",), "rate-factor messages (LRC) the agent answered"),
+    "bwfabric_rate_pump_failures": ("counter", (), "rate-factor requests of the rate pump that failed (the session "
+                                    "reconnects)"),
+    "bwfabric_rate_pump_errors": ("counter", (), "bugs the rate pump caught and survived (logged with a traceback)"),
     "bwfabric_agent_class_bytes": ("counter", ("host", "class"), "bytes sent through an agent's HTB class"),
     "bwfabric_lrc_rounds": ("counter", (), "LRC controller rounds run (one per tau_r)"),
     "bwfabric_lrc_pairs": ("gauge", (), "VM-pairs LRC is controlling (reported open by the agents)"),

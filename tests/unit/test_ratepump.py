@@ -168,7 +168,7 @@ def _idle(session):
 def test_factors_to_an_idle_session_go_through_the_pump_without_waking_its_thread(fabric):
     from controller.ratepump import rate_pump
     agent, make, _ = fabric
-    sessions, _ = make()
+    sessions, loaded = make()
     s = sessions.session("h1")
     assert _idle(s)
     rounds, replies = s.guard.stats["session"].rounds, rate_pump().replies
@@ -181,6 +181,10 @@ def test_factors_to_an_idle_session_go_through_the_pump_without_waking_its_threa
     assert s.guard.stats["session"].rounds == rounds          # the thread never ran a round
     assert s.st.rate_pushes >= 10 and s.st.last_error is None
     assert until(lambda: s.watched is not None and not s.lent)   # back in the idle watch
+    samples = {(n, tuple(sorted(lab.items()))): v for n, lab, v in sessions.samples(loaded)}
+    assert samples[("bwfabric_agent_rate_pushes", (("host", "h1"),))] == s.st.rate_pushes
+    assert samples[("bwfabric_rate_pump_failures", ())] == rate_pump().failures
+    assert samples[("bwfabric_rate_pump_errors", ())] == rate_pump().errors
 
 
 def test_a_hung_agent_times_the_loan_out_and_the_session_reconnects_with_the_newest_factors(fabric):
