@@ -145,3 +145,13 @@ def test_a_new_link_is_seeded_at_eq_7_unless_the_rescale_is_equilibrium():
         lf = LinkFactors(M.LrcParams(mu=0.9, rescale=rescale), {"L": 100.0})
         lf.set_pairs(pairs)
         assert lf.r["L"] == pytest.approx(want), rescale
+
+
+@pytest.mark.parametrize("cap,mu,why", [
+    ({"L": 0.0}, {}, "capacity of link 'L'"), ({"L": math.nan}, {}, "capacity of link 'L'"),
+    ({"L": 100.0}, {"L": True}, "mu of link 'L'"), ({"L": 100.0}, {"L": "0.5"}, "mu of link 'L'"),
+    ({"L": 100.0}, {"L": 0.0}, "mu of link 'L'"), ({"L": 100.0}, {"L": 1.5}, "mu of link 'L'"),
+    ({"L": 100.0}, {"L": math.inf}, "mu of link 'L'")])
+def test_capacities_and_links_own_mu_are_refused_by_the_links_name(cap, mu, why):
+    with pytest.raises(M.LrcError, match=why):
+        LinkFactors(M.LrcParams(), cap, mu_by_link=mu)
