@@ -151,6 +151,18 @@ def _enumerate(src, hops, out_start, out_link, out_head, limit):
 
 
 @njit(cache=True)
+def _avoiding(rows, gone):
+    """The rows (paths) that cross no link marked in ``gone``."""
+    keep = np.ones(rows.shape[0], dtype=np.bool_)
+    for q in range(rows.shape[0]):
+        for h in range(rows.shape[1]):
+            if gone[rows[q, h]]:
+                keep[q] = False
+                break
+    return rows[keep]
+
+
+@njit(cache=True)
 def _positive(rows, cap):
     """The rows (paths) whose every link has a capacity above 0."""
     keep = np.ones(rows.shape[0], dtype=np.bool_)
@@ -181,14 +193,52 @@ class PathDictionary:
         self._alive: np.ndarray | None = None
         self._csr: tuple[np.ndarray, ...] | None = None
         self._dist: dict[int, tuple[np.ndarray, ...]] = {}   # per destination: distances, downhill links
+        self.walked = 0          # pairs whose paths were walked afresh
+        self.filtered = 0        # pairs that kept theirs, less those over links gone down
 
     def _refresh(self) -> None:
-        if self.view.version != self._version:
-            self._paths.clear()
-            self._alive = None
-            self._csr = None
-            self._dist.clear()
-            self._version = self.view.version
+        """After a link state change: when links only went down, a pair
+        whose hop count is unchanged keeps its paths less those over a
+        link now down -- exactly what a new walk would give, in the same
+        order (its paths are a subset of the old ones: every link of a new
+        shortest path was up before, and so was it shortest then); the
+        others, and everything after a link came up, are walked afresh when
+        asked for. (A failure is when a decision is wanted soonest: at
+        k = 32 the walk of 8 030 pairs takes 0.5 s.)"""
+        if self.view.version == self._version:
+            return
+        old_alive, old_dist, old_paths = self._alive, self._dist, self._paths
+        self._paths, self._dist = {}, {}
+        self._alive = self._csr = None
+        self._version = self.view.version
+        if old_alive is None or not old_paths:
+            return
+        alive = self.link_ends()[2]
+        if (alive & ~old_alive).any():
+            return
+        gone = old_alive & ~alive
+        for (src, dst), hit in old_paths.items():
+            idx = hit[1]
+            old = old_dist.get(self.node_id.get(dst, -1))
+            if src == dst:
+                self._paths[src, dst] = hit
+            elif old is not None and len(idx) < PATH_LIMIT:
+                s = self.node_id[src]
+                if self._toward(self.node_id[dst])[0][s] == old[0][s]:
+                    idx = _avoiding(idx, gone) if len(idx) else idx
+                    if not len(idx):
+                        idx = np.zeros((0, 0), dtype=np.int64)
+                    self._paths[src, dst] = (NodePaths(idx, self.links, src), idx)
+                    self.filtered += 1
+
+    def _toward(self, d: int) -> tuple[np.ndarray, ...]:
+        """(hop counts to node d, its downhill links: start, link, head), kept."""
+        toward = self._dist.get(d)
+        if toward is None:
+            out_start, out_link, out_head, in_start, in_tail = self._adjacency()
+            dist = _distances(d, in_start, in_tail)
+            toward = self._dist[d] = (dist, *_downhill(dist, out_start, out_link, out_head))
+        return toward
 
     def link_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per link: its tail's and head's index in :attr:`nodes`, and
@@ -224,16 +274,13 @@ class PathDictionary:
         if hit is None:
             if src_tor == dst_tor:
                 idx = np.zeros((1, 0), dtype=np.int64)
+            elif src_tor not in self.node_id or dst_tor not in self.node_id:     # a switch with no link
+                idx = np.zeros((0, 0), dtype=np.int64)
             else:
-                out_start, out_link, out_head, in_start, in_tail = self._adjacency()
-                d = self.node_id[dst_tor]
-                toward = self._dist.get(d)
-                if toward is None:
-                    dist = _distances(d, in_start, in_tail)
-                    toward = self._dist[d] = (dist, *_downhill(dist, out_start, out_link, out_head))
-                dist, d_start, d_link, d_head = toward
+                dist, d_start, d_link, d_head = self._toward(self.node_id[dst_tor])
                 s = self.node_id[src_tor]
                 idx = _enumerate(s, dist[s], d_start, d_link, d_head, PATH_LIMIT)
+                self.walked += 1
                 # a path over a zero-capacity link carries nothing: it is no candidate
                 idx = _positive(idx, self.capacity)
                 if not len(idx):

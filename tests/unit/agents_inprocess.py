@@ -19,8 +19,9 @@ MASTER = bytes(range(32))
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def until(cond, timeout: float = 5.0) -> bool:
-    """Poll ``cond`` every 5 ms until it holds (True) or ``timeout`` s pass (False)."""
+def until(cond, timeout: float = 15.0) -> bool:
+    """Poll ``cond`` every 5 ms until it holds (True) or ``timeout`` s pass
+    (False): generous, as it returns the moment ``cond`` holds."""
     import time
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -84,7 +84,13 @@ def test_at_most_the_limit_first_paths_in_depth_first_order(monkeypatch):
     view = NetworkView(builders.fattree(6, link_mbps=10))
     want = view.equal_cost_paths("e0_0", "e3_0", limit=5)
     monkeypatch.setattr(P, "PATH_LIMIT", 5)
-    assert list(PathDictionary(view).paths("e0_0", "e3_0")[0]) == want and len(want) == 5
+    pd = PathDictionary(view)
+    assert list(pd.paths("e0_0", "e3_0")[0]) == want and len(want) == 5
+    # a link of one of those five goes down: a list cut at the limit is walked again, not filtered
+    u, v = want[0][1], want[0][2]
+    view.set_link_state(u, v, False)
+    again = view.equal_cost_paths("e0_0", "e3_0", limit=5)
+    assert list(pd.paths("e0_0", "e3_0")[0]) == again and len(again) == 5
 
 
 def test_node_paths_behave_as_the_list_they_stand_for():
@@ -121,3 +127,50 @@ def test_the_distances_are_bfs_hop_counts_over_up_links():
         assert set(heads) == {v for v in view.graph.successors(name) if not view.is_host(v)
                               and view.link_up(name, v)}
         assert np.array_equal(pd._tail[out_link[out_start[n]:out_start[n + 1]]], np.full(len(heads), n))
+
+
+@settings(max_examples=30, deadline=None)
+@given(fabric=st.sampled_from(sorted(FABRICS)), seed=st.integers(0, 10**6),
+       changes=st.lists(st.tuples(st.integers(0, 10**6), st.booleans()), min_size=1, max_size=6))
+def test_paths_kept_across_link_changes_are_what_a_new_walk_gives(fabric, seed, changes):
+    """Pairs asked for before a change are asked again after it (links going
+    down, and some coming back): every answer is the view's equal-cost paths
+    in its order, whether the pair kept its paths (links only went down,
+    its hop count unchanged) or was walked afresh."""
+    view = NetworkView(FABRICS[fabric]())
+    rng = random.Random(seed)
+    links = _switch_links(view)
+    pd = PathDictionary(view)
+    pd.capacity[rng.randrange(len(pd.capacity))] = 0.0
+    pairs = [(rng.choice(view.switches), rng.choice(view.switches)) for _ in range(30)]
+    for pick, up in changes:
+        for a, b in pairs:
+            pd.paths(a, b)
+        u, v = links[pick % len(links)]
+        view.set_link_state(u, v, up and not view.link_up(u, v))
+        for a, b in pairs:
+            nodes, idx = pd.paths(a, b)
+            want = _reference(view, pd, a, b)
+            assert list(nodes) == want, (a, b)
+            assert idx.shape == ((len(want), len(want[0]) - 1) if want else (0, 0))
+
+
+def test_a_failed_link_keeps_the_other_pairs_paths_and_walks_only_the_pairs_it_lengthened():
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    tors = [s for s in view.switches if s.startswith("e")]
+    pairs = [(a, b) for a in tors for b in tors if a != b]
+    before = {p: list(pd.paths(*p)[0]) for p in pairs}
+    walked = pd.walked
+    view.set_link_state("a0_0", "c1", False)              # every pair keeps its hop count
+    after = {p: list(pd.paths(*p)[0]) for p in pairs}
+    assert pd.walked == walked and pd.filtered == len(pairs)
+    assert all(after[p] == [q for q in before[p] if not {"a0_0", "c1"} <= set(q)] for p in pairs)
+    assert after[("e0_0", "e2_0")] != before[("e0_0", "e2_0")]
+    view.set_link_state("e0_0", "a0_0", False)
+    view.set_link_state("e0_0", "a0_1", False)            # e0_0 cut off: its pairs lose every path
+    assert len(pd.paths("e0_0", "e2_0")[0]) == 0 and pd.paths("e0_0", "e2_0")[1].shape == (0, 0)
+    view.set_link_state("a0_0", "c1", True)                # a link back: everything walked afresh
+    filtered = pd.filtered
+    assert list(pd.paths("e1_0", "e2_0")[0]) == before[("e1_0", "e2_0")]
+    assert pd.filtered == filtered and pd.walked > walked

@@ -108,7 +108,7 @@ def test_a_reply_written_byte_by_byte_is_taken_and_the_next_factors_go_out():
 def test_a_bad_or_missing_reply_ends_the_loan_with_the_factors_kept(answer, why):
     pump = RatePump()
     a, b = socket.socketpair()
-    s = _Session(a, timeout=0.3)
+    s = _Session(a, timeout=0.3 if "no reply" in why else 30.0)    # only the time-out case waits for it
     pump.submit(s)
     _, seal = _agent_side(b)
     data = answer(seal)
@@ -175,11 +175,11 @@ def test_factors_to_an_idle_session_go_through_the_pump_without_waking_its_threa
     for i in range(50):
         s.push_rates({"factors": {"i": i}}, token=float(i))
         time.sleep(0.004)
-    assert until(lambda: agent.agent.rates == {"i": 49})
+    assert until(lambda: agent.agent.rates == {"i": 49}, timeout=15)
     assert until(lambda: s.lrc_report() is not None and s.lrc_report()[0] == 49.0)
-    assert rate_pump().replies - replies >= 10
+    assert rate_pump().replies > replies                      # however many: the latest value wins
     assert s.guard.stats["session"].rounds == rounds          # the thread never ran a round
-    assert s.st.rate_pushes >= 10 and s.st.last_error is None
+    assert s.st.rate_pushes >= 1 and s.st.last_error is None
     assert until(lambda: s.watched is not None and not s.lent)   # back in the idle watch
     samples = {(n, tuple(sorted(lab.items()))): v for n, lab, v in sessions.samples(loaded)}
     assert samples[("bwfabric_agent_rate_pushes", (("host", "h1"),))] == s.st.rate_pushes
@@ -193,21 +193,24 @@ def test_a_hung_agent_times_the_loan_out_and_the_session_reconnects_with_the_new
     s = sessions.session("h1")
     assert _idle(s)
     original = agent.agent.handle
-    hang = threading.Event()
-    hang.set()
+    first = threading.Event()
+    release = threading.Event()
 
     def handle(raw):
-        if hang.is_set():
-            hang.clear()
-            time.sleep(1.0)                       # past the session's 0.5 s timeout, once
-            raise ConnectionError("hung")         # and no reply: the agent drops the connection
+        if not first.is_set():
+            first.set()
+            release.wait(20)                      # no answer until the session has given up on it
+            raise ConnectionError("hung")         # and none then: the agent drops the connection
         return original(raw)
     agent.agent.handle = handle
     agent.agent.server.handler = handle
     s.push_rates({"factors": {"x": 1}})
-    assert until(lambda: s.st.last_error is not None and "no reply to rates" in s.st.last_error)
+    try:
+        assert until(lambda: s.st.last_error is not None and "no reply to rates" in s.st.last_error, timeout=15)
+    finally:
+        release.set()
     # no newer factors came: the ones that timed out are sent again once the session has reconnected
-    assert until(lambda: agent.agent.rates == {"x": 1}, timeout=5)
+    assert until(lambda: agent.agent.rates == {"x": 1}, timeout=15)
     assert s.st.connects >= 2
 
 
@@ -222,7 +225,7 @@ def test_a_stream_of_factors_does_not_starve_the_status_reads(fabric):
     s.next_status = 0.0                           # the minute-long wait drawn before is over
     s.push_rates({"factors": {"i": -1}})
     seen = set()
-    end = time.monotonic() + 3.0
+    end = time.monotonic() + 15.0                # 0.8 s on a quiet machine; ends as soon as four are seen
     i = 0
     while time.monotonic() < end and len(seen) < 4:
         s.push_rates({"factors": {"i": i}})
@@ -244,8 +247,8 @@ def test_an_agent_restarting_under_the_pump_gets_its_config_and_the_factors(fabr
             agent.restart()
         time.sleep(0.01)
     s.push_rates({"factors": {"i": "last"}})
-    assert until(lambda: agent.agent.rates == {"i": "last"}, timeout=5)
-    assert until(lambda: agent.agent.version == 1)
+    assert until(lambda: agent.agent.rates == {"i": "last"}, timeout=15)
+    assert until(lambda: agent.agent.version == 1, timeout=15)
 
 
 def test_racing_configs_status_and_factors_never_interleave_on_the_channel(fabric):
@@ -281,14 +284,14 @@ def test_racing_configs_status_and_factors_never_interleave_on_the_channel(fabri
             loaded = new
             s.status_interval_s = 0.05 if version % 3 == 0 else 60
             time.sleep(0.01)
-        assert until(lambda: agent.agent.version == 31, timeout=5)     # while the factors still stream
+        assert until(lambda: agent.agent.version == 31, timeout=15)    # while the factors still stream
     finally:
         stop.set()
         for t in threads:
             t.join()
     s.push_rates({"factors": {"done": True}})
-    assert until(lambda: agent.agent.rates == {"done": True}, timeout=5)
-    assert until(lambda: agent.agent.version == 31, timeout=5)
+    assert until(lambda: agent.agent.rates == {"done": True}, timeout=15)
+    assert until(lambda: agent.agent.version == 31, timeout=15)
     assert agent.agent.vm().config.guarantee_mbps == 1 + 31 % 5
     assert s.st.refusals == 0 and s.st.report_refusals == 0 and s.st.connects == 1 and s.st.last_error is None
     assert (rate_pump().errors, rate_pump().failures) == (errors_before, failures_before)
