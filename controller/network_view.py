@@ -41,6 +41,7 @@ class NetworkView:
         self._host_set = frozenset(self.hosts)
         self._adj: tuple[dict[str, list[str]], dict[str, list[str]]] | None = None
         self.version = 0  # bumped on every link state change
+        self._down: set[tuple[str, str]] = set()     # the directed links down now
 
     # ---- look-ups ------------------------------------------------------
     def switch_by_dpid(self, dpid: int) -> str | None:
@@ -92,6 +93,10 @@ class NetworkView:
     def link_up(self, u: str, v: str) -> bool:
         return self.graph.edges[u, v]["up"]
 
+    def links_down(self) -> frozenset[tuple[str, str]]:
+        """Every directed link down now (both directions of a failed link)."""
+        return frozenset(self._down)
+
     # ---- state changes ---------------------------------------------------
     def set_link_state(self, u: str, v: str, up: bool) -> bool:
         """Mark both directions of u--v; returns True if anything changed."""
@@ -99,6 +104,7 @@ class NetworkView:
         for a, b in ((u, v), (v, u)):
             if self.graph.edges[a, b]["up"] != up:
                 self.graph.edges[a, b]["up"] = up
+                (self._down.discard if up else self._down.add)((a, b))
                 changed = True
         if changed:
             self._dist_cache.clear()

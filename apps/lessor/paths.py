@@ -192,7 +192,7 @@ class PathDictionary:
         self._paths: dict[tuple[str, str], tuple[NodePaths, np.ndarray]] = {}
         self._alive: np.ndarray | None = None
         self._csr: tuple[np.ndarray, ...] | None = None
-        self._dist: dict[int, tuple[np.ndarray, ...]] = {}   # per destination: distances, downhill links
+        self._dist: dict[int, tuple[np.ndarray, ...]] = {}   # per destination: distances (, downhill links)
         self.walked = 0          # pairs whose paths were walked afresh
         self.filtered = 0        # pairs that kept theirs, less those over links gone down
 
@@ -224,28 +224,37 @@ class PathDictionary:
                 self._paths[src, dst] = hit
             elif old is not None and len(idx) < PATH_LIMIT:
                 s = self.node_id[src]
-                if self._toward(self.node_id[dst])[0][s] == old[0][s]:
+                if self._distances(self.node_id[dst])[s] == old[0][s]:
                     idx = _avoiding(idx, gone) if len(idx) else idx
                     if not len(idx):
                         idx = np.zeros((0, 0), dtype=np.int64)
                     self._paths[src, dst] = (NodePaths(idx, self.links, src), idx)
                     self.filtered += 1
 
+    def _distances(self, d: int) -> np.ndarray:
+        """Hop counts to node d over the up links, kept."""
+        got = self._dist.get(d)
+        if got is None:
+            got = self._dist[d] = (_distances(d, *self._adjacency()[3:]),)
+        return got[0]
+
     def _toward(self, d: int) -> tuple[np.ndarray, ...]:
         """(hop counts to node d, its downhill links: start, link, head), kept."""
-        toward = self._dist.get(d)
-        if toward is None:
-            out_start, out_link, out_head, in_start, in_tail = self._adjacency()
-            dist = _distances(d, in_start, in_tail)
-            toward = self._dist[d] = (dist, *_downhill(dist, out_start, out_link, out_head))
-        return toward
+        got = self._dist.get(d)
+        if got is None or len(got) == 1:
+            dist = self._distances(d)
+            out_start, out_link, out_head = self._adjacency()[:3]
+            got = self._dist[d] = (dist, *_downhill(dist, out_start, out_link, out_head))
+        return got
 
     def link_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per link: its tail's and head's index in :attr:`nodes`, and
         whether it is up now (kept until the view's link state changes)."""
         self._refresh()
         if self._alive is None:
-            self._alive = np.array([self.view.link_up(u, v) for u, v in self.links], dtype=bool)
+            alive = np.ones(len(self.links), dtype=bool)
+            alive[[self.index[lk] for lk in self.view.links_down() if lk in self.index]] = False
+            self._alive = alive
         return self._tail, self._head, self._alive
 
     def _adjacency(self) -> tuple[np.ndarray, ...]:

@@ -174,3 +174,17 @@ def test_a_failed_link_keeps_the_other_pairs_paths_and_walks_only_the_pairs_it_l
     filtered = pd.filtered
     assert list(pd.paths("e1_0", "e2_0")[0]) == before[("e1_0", "e2_0")]
     assert pd.filtered == filtered and pd.walked > walked
+
+
+def test_the_links_down_are_the_views_link_states():
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    assert view.links_down() == frozenset() and pd.link_ends()[2].all()
+    view.set_link_state("a0_0", "c1", False)
+    view.set_link_state("e1_0", "h5", False)              # a host's link: not one of the fabric's
+    assert view.links_down() == {("a0_0", "c1"), ("c1", "a0_0"), ("e1_0", "h5"), ("h5", "e1_0")}
+    alive = pd.link_ends()[2]
+    assert [pd.links[i] for i in (~alive).nonzero()[0]] == [("a0_0", "c1"), ("c1", "a0_0")]
+    assert list(alive) == [view.link_up(u, v) for u, v in pd.links]
+    view.set_link_state("a0_0", "c1", True)
+    assert view.links_down() == {("e1_0", "h5"), ("h5", "e1_0")} and pd.link_ends()[2].all()
