@@ -142,8 +142,8 @@ class Session:
     def _loanable(self, sock) -> bool:
         """Whether the idle socket can go to the rate pump (under ``cond``):
         connected, nothing else to do before the next status read."""
-        return (self.key_ok and not self.stopping and not self.need_push and self.client.sock is sock
-                and time.monotonic() < self.next_status)
+        return (self.key_ok and not self.stopping and not self.need_push and sock is not None
+                and self.client.sock is sock and time.monotonic() < self.next_status)
 
     # ---- the rate pump's side (its thread; controller.ratepump) -----------------------------------
     def take_rates(self) -> tuple[dict, float | None] | None:

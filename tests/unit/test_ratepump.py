@@ -298,11 +298,11 @@ def test_racing_configs_status_and_factors_never_interleave_on_the_channel(fabri
     assert agent.agent.server.stats.bad_frames == 0 and agent.agent.server.stats.handler_errors == 0
 
 
-@pytest.mark.parametrize("other", ["nothing", "config", "status due", "stopping", "no key"])
+@pytest.mark.parametrize("other", ["nothing", "config", "status due", "stopping", "no key", "closed"])
 def test_the_loan_goes_on_only_while_there_is_nothing_else_to_do(other):
     """A reply in, newer factors waiting: the pump keeps the socket only if
     the session has nothing else to do -- a configuration to push, a status
-    read due, a stop or a missing key each end the loan
+    read due, a stop, a missing key or a closed connection each end the loan
     (the thread is woken and the factors stay in the slot for it)."""
     from controller.agent_sessions import Session
     from controller.tenancy import Endpoint
@@ -319,6 +319,8 @@ def test_the_loan_goes_on_only_while_there_is_nothing_else_to_do(other):
         s.stopping = True
     elif other == "no key":
         s.key_ok = False
+    elif other == "closed":
+        s.client.sock = None
     go_on = s.rates_replied({"ok": True}, 1.0)
     assert s.st.rate_pushes == 1 and s.lrc_reply[0] == 1.0
     assert go_on is (other == "nothing")
