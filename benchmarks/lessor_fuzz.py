@@ -270,14 +270,18 @@ def run(seconds: float, seed: int = 1, report_s: float = 10.0, out=print) -> lis
         t0 = time.monotonic()
         samples: list[dict] = []
         next_report = t0 + report_s
-        while time.monotonic() - t0 < seconds:
-            h.step()
-            time.sleep(h.rng.uniform(0.0, 0.01))
-            if time.monotonic() >= next_report:
-                sample = {"t": round(time.monotonic() - t0, 1), **h.counters(), "alive": poller.is_alive()}
-                samples.append(sample)
-                out(json.dumps(sample))
-                next_report += report_s
+        try:
+            while time.monotonic() - t0 < seconds:
+                h.step()
+                time.sleep(h.rng.uniform(0.0, 0.01))
+                if time.monotonic() >= next_report:
+                    sample = {"t": round(time.monotonic() - t0, 1), **h.counters(), "alive": poller.is_alive()}
+                    samples.append(sample)
+                    out(json.dumps(sample))
+                    next_report += report_s
+        finally:                            # the poll thread ends with the run (a test process goes on)
+            h.app.poll_stop.set()
+            poller.join(10)
         errors = {k: v for k, v in h.app.guard.as_dict().items() if v["errors"]}
         if errors:
             out("rounds that raised (logged, counted, survived): " + json.dumps(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ class LessorApp(ForwardingApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.poll_stop = threading.Event()
         settings = self.config.cfg.lessor
         self.lessor = self.logic = self.LOGIC(self.view, settings.polling.polling_config(), settings.epsilon,
                                               long_flow_bytes=settings.long_flow_bytes)
@@ -133,11 +135,12 @@ class LessorApp(ForwardingApp):
 
     # ---- the polling loop (a green thread) -----------------------------------------------
     def _poll_loop(self):
-        """Never returns: every round runs through the loop guard, so an
-        exception in one round is logged, counted and followed by the next
-        round (after a back-off while rounds keep failing)."""
+        """Returns only once ``poll_stop`` is set (a test or harness ending
+        its app): every round runs through the loop guard, so an exception
+        in one round is logged, counted and followed by the next round
+        (after a back-off while rounds keep failing)."""
         next_poll = time.monotonic() + 1.0
-        while True:
+        while not self.poll_stop.is_set():
             hub.sleep(max(0.0, next_poll - time.monotonic()))
             ok, result = self.guard.run("poll", self._poll_round)
             if ok:

@@ -252,12 +252,18 @@ def test_the_poll_loop_survives_a_round_that_raises(app):
 
     inst.lessor.long_flows = flaky
     inst.lessor.polling.period_s = 0.5
-    threading.Thread(target=inst._poll_loop, daemon=True).start()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and calls["n"] < 3:
-        time.sleep(0.1)
-    assert calls["n"] >= 3, inst.guard.as_dict()
-    assert inst.guard.stats["allocate"].errors == 1 and inst.polls >= 3
+    poller = threading.Thread(target=inst._poll_loop, daemon=True)
+    poller.start()
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and calls["n"] < 3:
+            time.sleep(0.1)
+        assert calls["n"] >= 3, inst.guard.as_dict()
+        assert inst.guard.stats["allocate"].errors == 1 and inst.polls >= 3
+    finally:
+        inst.poll_stop.set()                # the loop ends (it used to outlive the test, polling for ever)
+        poller.join(10)
+    assert not poller.is_alive()
 
 
 def test_lessor_keeps_polling_and_allocating_through_a_fuzzed_event_stream():
