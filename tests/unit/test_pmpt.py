@@ -739,3 +739,40 @@ def test_skipping_the_exact_dual_when_it_cannot_help_changes_no_answer(monkeypat
         assert n_full == skip[1] // 2 and n_skip <= n_full
         fewer += n_skip < n_full
     assert fewer >= 2
+
+
+def test_flows_that_stay_within_their_tors_need_no_fabric_and_say_so():
+    """Only same-ToR flows: every flow keeps its ToR at its demand, nothing
+    is bounded (lambda, its bound and the one-path lambda infinite), no
+    fractional path, no phase, and the time is measured."""
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    pd = PathDictionary(view)
+    flows = [LongFlow("a", "e0_0", "e0_0", 3e6), LongFlow("b", "e1_1", "e1_1", 5e6)]
+    a = pmpt(flows, pd)
+    assert (a.lam, a.upper_bound, a.integral_lam) == (math.inf, math.inf, math.inf)
+    assert dict(a.group_paths) == {} and a.phases == 0 and a.stopped_by == "no fabric demand"
+    assert a.flow_path == {"a": ("e0_0",), "b": ("e1_1",)} and a.flow_rate == {"a": 3e6, "b": 5e6}
+    assert isinstance(a.seconds, float) and 0 <= a.seconds < 10
+
+
+def test_whatever_phase_the_fptas_stops_at_its_flow_and_load_agree():
+    """Stopped after 1, 2, ... 12 phases (before any certificate), the
+    primal _fptas returns -- every phase's flow, or a window since a power
+    of two, rebuilt from the phases' undo records -- routes a whole number of
+    phases of every demand and its load is that flow's load."""
+    import numpy as np
+
+    from apps.lessor.pmpt import _fptas, _path_load
+    windows = 0
+    for seed in (0, 1, 2):
+        groups, (pl, ph, gs), scale, demand, used, cap = _scaled_instance(8, seed, 40, cap_spread=0.3)
+        bottleneck = np.concatenate([g.bottleneck for g in groups])
+        for stop in range(1, 13):
+            lam, x, load, phases, _, ub, why = _fptas(demand, gs, pl, ph, bottleneck, cap, used, 0.01, stop,
+                                                      math.log(len(used) / 0.99) / 0.01, (0.0, None, None))
+            routed = np.add.reduceat(x, gs[:-1]) / demand
+            n = round(float(routed[0]))
+            assert n >= 1 and np.allclose(routed, n, rtol=1e-9), (seed, stop, routed)
+            assert np.allclose(load, _path_load(x, pl, ph, len(cap)), rtol=1e-9, atol=1e-6), (seed, stop)
+            windows += n < phases
+    assert windows >= 3
