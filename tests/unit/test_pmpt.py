@@ -746,13 +746,19 @@ def test_flows_that_stay_within_their_tors_need_no_fabric_and_say_so():
     is bounded (lambda, its bound and the one-path lambda infinite), no
     fractional path, no phase, and the time is measured."""
     view = NetworkView(builders.fattree(4, link_mbps=10))
+    for agg in ("a3_0", "a3_1"):
+        view.set_link_state("e3_1", agg, False)          # e3_1 cut off: a flow to it is unroutable
     pd = PathDictionary(view)
-    flows = [LongFlow("a", "e0_0", "e0_0", 3e6), LongFlow("b", "e1_1", "e1_1", 5e6)]
+    flows = [LongFlow("a", "e0_0", "e0_0", 3e6), LongFlow("b", "e1_1", "e1_1", 5e6),
+             LongFlow("c", "e0_0", "e3_1", 2e6)]
     a = pmpt(flows, pd)
     assert (a.lam, a.upper_bound, a.integral_lam) == (math.inf, math.inf, math.inf)
     assert dict(a.group_paths) == {} and a.phases == 0 and a.stopped_by == "no fabric demand"
     assert a.flow_path == {"a": ("e0_0",), "b": ("e1_1",)} and a.flow_rate == {"a": 3e6, "b": 5e6}
-    assert isinstance(a.seconds, float) and 0 <= a.seconds < 10
+    assert a.unroutable == ["c"]
+    assert isinstance(a.seconds, float) and 0 < a.seconds < 10
+    placed = pmpt([LongFlow("d", "e0_0", "e2_0", 4e6)], pd)          # and a decision that places: timed too
+    assert isinstance(placed.seconds, float) and 0 < placed.seconds < 10
 
 
 def test_whatever_phase_the_fptas_stops_at_its_flow_and_load_agree():
