@@ -78,6 +78,8 @@ def test_kept_flows_on_one_link_add_up_and_any_bg_above_zero_is_placed_as_bg(pd)
     p = _path(pd, "e0_0", "e2_0")
     half = pmpt([LongFlow("b", "e0_0", "e2_0", 4e6, bg=0.5, fixed_path=p)], pd)
     assert half.flow_rate["b"] == 0.5 and half.placement.startswith("BG first") and "kept" not in half.placement
+    assert half.bg_load == {lk: 0.5 for lk in zip(p, p[1:])}                # half a bit/s is BG on its links
+    assert 0 < half.seconds < 10
 
 
 def test_bg_on_default_routes_adds_up_per_link_and_the_residual_keeps_its_floor(pd):
@@ -95,3 +97,19 @@ def test_bg_on_default_routes_adds_up_per_link_and_the_residual_keeps_its_floor(
     # both uplinks over-full with BG: w gets what the floor leaves, RESIDUAL_FLOOR x C of 10 Mb/s
     assert a.integral_lam == pytest.approx(RESIDUAL_FLOOR * 10e6 / 10e6)
     assert np.isfinite(a.integral_lam)
+    # BG exactly at mu x C is not over it (1e-9 of slack above, none below)
+    full = pmpt([LongFlow("f1", "e0_0", "e0_1", 6e6, bg=6e6, fixed_path=p),
+                 LongFlow("f2", "e0_0", "e0_1", 4e6, bg=4e6, fixed_path=p)], pd)
+    assert full.bg_load[(p[0], p[1])] == pytest.approx(10e6) and full.bg_over == []
+
+
+def test_unroutable_flows_of_any_key_kind_are_listed_together():
+    """BG and other flows to a ToR cut off, keyed by a number and by text:
+    one list, sorted by the keys' text (never compared across kinds)."""
+    view = NetworkView(builders.fattree(4, link_mbps=10))
+    for agg in ("a3_0", "a3_1"):
+        view.set_link_state("e3_1", agg, False)
+    pd = PathDictionary(view)
+    a = pmpt([LongFlow(7, "e0_0", "e3_1", 1e6, bg=1e6), LongFlow("z", "e0_0", "e3_1", 1e6),
+              LongFlow("ok", "e0_0", "e2_0", 1e6)], pd)
+    assert a.unroutable == [7, "z"] and "ok" in a.flow_path
