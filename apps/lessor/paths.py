@@ -151,24 +151,12 @@ def _enumerate(src, hops, out_start, out_link, out_head, limit):
 
 
 @njit(cache=True)
-def _avoiding(rows, gone):
-    """The rows (paths) that cross no link marked in ``gone``."""
+def _keep_rows(rows, usable):
+    """The rows (paths) whose every link is marked in ``usable``."""
     keep = np.ones(rows.shape[0], dtype=np.bool_)
     for q in range(rows.shape[0]):
         for h in range(rows.shape[1]):
-            if gone[rows[q, h]]:
-                keep[q] = False
-                break
-    return rows[keep]
-
-
-@njit(cache=True)
-def _positive(rows, cap):
-    """The rows (paths) whose every link has a capacity above 0."""
-    keep = np.ones(rows.shape[0], dtype=np.bool_)
-    for q in range(rows.shape[0]):
-        for h in range(rows.shape[1]):
-            if not cap[rows[q, h]] > 0:
+            if not usable[rows[q, h]]:
                 keep[q] = False
                 break
     return rows[keep]
@@ -224,14 +212,14 @@ class PathDictionary:
                 self._paths[src, dst] = hit
             elif old is not None and len(idx) < PATH_LIMIT:
                 s = self.node_id[src]
-                if self._distances(self.node_id[dst])[s] == old[0][s]:
-                    idx = _avoiding(idx, gone) if len(idx) else idx
+                if self._hops_to(self.node_id[dst])[s] == old[0][s]:
+                    idx = _keep_rows(idx, ~gone) if len(idx) else idx
                     if not len(idx):
                         idx = np.zeros((0, 0), dtype=np.int64)
                     self._paths[src, dst] = (NodePaths(idx, self.links, src), idx)
                     self.filtered += 1
 
-    def _distances(self, d: int) -> np.ndarray:
+    def _hops_to(self, d: int) -> np.ndarray:
         """Hop counts to node d over the up links, kept."""
         got = self._dist.get(d)
         if got is None:
@@ -242,7 +230,7 @@ class PathDictionary:
         """(hop counts to node d, its downhill links: start, link, head), kept."""
         got = self._dist.get(d)
         if got is None or len(got) == 1:
-            dist = self._distances(d)
+            dist = self._hops_to(d)
             out_start, out_link, out_head = self._adjacency()[:3]
             got = self._dist[d] = (dist, *_downhill(dist, out_start, out_link, out_head))
         return got
@@ -291,7 +279,7 @@ class PathDictionary:
                 idx = _enumerate(s, dist[s], d_start, d_link, d_head, PATH_LIMIT)
                 self.walked += 1
                 # a path over a zero-capacity link carries nothing: it is no candidate
-                idx = _positive(idx, self.capacity)
+                idx = _keep_rows(idx, self.capacity > 0)
                 if not len(idx):
                     idx = np.zeros((0, 0), dtype=np.int64)
             hit = (NodePaths(idx, self.links, src_tor), idx)
