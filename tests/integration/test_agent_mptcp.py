@@ -347,7 +347,8 @@ def test_a_vm_pairs_bg_is_paced_at_the_pairs_own_limit(pair):
     assert second == pytest.approx(2 * pair_mbps * P.BG_PACE_HEADROOM, rel=0.02), second
 
 
-PLAIN_CLIENT = CLIENT.replace("socket.SOCK_STREAM, 262", "socket.SOCK_STREAM")
+PLAIN_SPORT = 40999    # the single-path connection's own source port: its packets counted apart at the receiver
+PLAIN_CLIENT = CLIENT.replace("socket.SOCK_STREAM, 262)", "socket.SOCK_STREAM); s.bind(('', %d))" % PLAIN_SPORT)
 
 
 def test_a_spent_bucket_marks_joined_mptcp_first_subflows_ce_and_not_plain_tcp(pair):
@@ -373,8 +374,10 @@ def test_a_spent_bucket_marks_joined_mptcp_first_subflows_ce_and_not_plain_tcp(p
         table ip bwfce {{
           chain in {{
             type filter hook input priority filter; policy accept;
-            ip saddr {IPS["a"]} tcp dport 5001 ip ecn ce counter
-            ip saddr {IPS["a"]} tcp dport 5001 ip ecn != ce counter
+            ip saddr {IPS["a"]} tcp sport != {PLAIN_SPORT} tcp dport 5001 ip ecn ce counter
+            ip saddr {IPS["a"]} tcp sport != {PLAIN_SPORT} tcp dport 5001 ip ecn != ce counter
+            ip saddr {IPS["a"]} tcp sport {PLAIN_SPORT} tcp dport 5001 ip ecn ce counter
+            ip saddr {IPS["a"]} tcp sport {PLAIN_SPORT} tcp dport 5001 ip ecn {{ ect0, ect1 }} ip dscp != cs0 counter
           }}
         }}
     ''')
@@ -423,7 +426,12 @@ def test_a_spent_bucket_marks_joined_mptcp_first_subflows_ce_and_not_plain_tcp(p
         seen = ns(names["b"], "nft", "list", "table", "ip", "bwfce").stdout
         ns(names["b"], "nft", "delete", "table", "ip", "bwfce")
     print(ss, seen, after_mptcp, after_plain, sep="\n")
-    ce_pkts = int(re.findall(r"counter packets (\d+)", seen)[0])
+    ce_pkts, _, plain_ce, plain_demoted_ect = (int(n) for n in re.findall(r"counter packets (\d+)", seen))
     assert after_mptcp["ce_marked"] > 0 and ce_pkts > 0, (after_mptcp, seen)
-    assert after_plain["ce_marked"] == after_mptcp["ce_marked"], (after_mptcp, after_plain)
-    assert after_plain["demoted"] > after_mptcp["demoted"]       # the plain connection was demoted, unmarked
+    # the single-path connection's own packets, counted at the receiver by its source port: demoted (WC,
+    # not BG's cs0) while ECN-capable -- so a mark was possible -- and never CE. (Not the agent's byte
+    # count, which is per bucket: the MPTCP connection's last data, held in its msk's own queue that no
+    # ss Send-Q shows, was once still going out marked during the plain run -- 88 KB in CI, 2026-11-29.)
+    assert plain_demoted_ect > 0, seen
+    assert plain_ce == 0, seen
+    assert after_plain["demoted"] > after_mptcp["demoted"]
