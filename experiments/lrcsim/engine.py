@@ -170,6 +170,9 @@ class Run:
         n_rec = int(round(sc.record_every_s / dt))
         allocator = make_allocator(self)
         bits = np.zeros(len(self.link_ids))                 # Mbit carried since the last controller round
+        # the water-filling is a pure function of the caps: between the hosts' rounds (tau_v, 10 steps by
+        # default) they rarely change, so the last answer is reused for the same caps, bit for bit
+        last_caps, last_rates = None, None
         for k in range(n_steps):
             now = k * dt
             for sf in self.short.values():
@@ -178,7 +181,11 @@ class Run:
             allocator.before_step(k, now, act, n_v, n_r, n_d)
             limits = allocator.limits(now, act)
             caps = np.minimum(limits, self.demand(act))
-            rates = fill(np.where(act, caps, 0.0), self.A, self.C)
+            caps = np.where(act, caps, 0.0)
+            if last_caps is None or not np.array_equal(caps, last_caps):
+                last_caps, last_rates = caps, fill(caps, self.A, self.C)
+                last_rates.flags.writeable = False          # shared by the steps that reuse it
+            rates = last_rates
             for j, sf in self.short.items():
                 sf.serve(rates[j], dt, now)
             load = self.A @ rates
@@ -219,6 +226,8 @@ class LrcAllocator:
         self.hosts = PairRates(sc.params, float(run.C.max()))
         self.in_flight: deque = deque()                  # (deliver at step, {pair: terms})
         self.known: frozenset = frozenset()
+        self.changed = True                              # the hosts' state moved since `cached` was read
+        self.cached: tuple | None = None                 # ((the pairs, which are in fallback), their limits)
 
     def _pairs(self, act: np.ndarray) -> dict:
         return {f.id: PairPath(f.weight, f.guarantee_mbps, frozenset(f.links))
@@ -227,6 +236,7 @@ class LrcAllocator:
     def before_step(self, k, now, act, n_v, n_r, n_d) -> None:
         while self.in_flight and self.in_flight[0][0] <= k:
             self.hosts.set_terms(self.in_flight.popleft()[1], now)
+            self.changed = True
         for j, f in enumerate(self.run.sc.flows):
             if act[j]:
                 self.hosts.open(f.id, f.guarantee_mbps, f.weight)    # Algorithm 1: B_i at once, locally
@@ -234,10 +244,26 @@ class LrcAllocator:
                 self.hosts.forget(f.id)
         if k % n_v == 0:
             self.hosts.step(now)
+            self.changed = True
+        # a pair opened or closed changes the pairs' names, which limits compares
 
     def limits(self, now, act) -> np.ndarray:
+        """PairRates.limits for the active flows. Between the hosts' rounds
+        nothing it reads moves but the clock, and the clock only through
+        each pair's fallback test: the last array is reused while the pairs,
+        their state and which of them are in fallback are what they were
+        (the same expression PairRates.limit evaluates)."""
+        fb = self.hosts.params.fallback_s
+        names = tuple(self.hosts.pairs)
+        fallen = tuple(pr.received_at is not None and now - pr.received_at > fb
+                       for pr in self.hosts.pairs.values())
+        if not self.changed and self.cached[0] == (names, fallen):      # changed until cached is set
+            return self.cached[1]
         lim = self.hosts.limits(now)
-        return np.array([lim.get(f.id, 0.0) if act[j] else 0.0 for j, f in enumerate(self.run.sc.flows)])
+        out = np.array([lim.get(f.id, 0.0) if act[j] else 0.0 for j, f in enumerate(self.run.sc.flows)])
+        out.flags.writeable = False                   # shared by the steps that reuse it
+        self.cached, self.changed = ((names, fallen), out), False
+        return out
 
     def after_step(self, *_):
         pass

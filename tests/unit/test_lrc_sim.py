@@ -154,3 +154,37 @@ def test_compiled_waterfill_with_caps_is_the_reference(seed):
     got = waterfill(paths, w, b, d, cap)
     want = weighted_max_min(paths, dict(enumerate(cap)), list(w), list(b), list(d))
     assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_the_reused_limits_follow_the_hosts_fallback_and_every_change():
+    """The simulator reuses the hosts' limits between their rounds; the
+    clock still moves them -- a pair whose terms stopped falls back to B_i
+    after fallback_s with nothing else changed -- and so do new terms, a
+    tau_v step and a pair closing. Each is checked against PairRates itself."""
+    from experiments.lrcsim.engine import LrcAllocator
+    sc = parse({"duration_s": 10, "delay_s": 0.0, "links": [{"id": "L", "capacity_mbps": 1000}],
+                "flows": [{"id": "X", "guarantee_mbps": 100, "links": ["L"]},
+                          {"id": "Y", "guarantee_mbps": 50, "links": ["L"]}]})
+    al = LrcAllocator(Run(sc))
+    both, only_x = np.array([True, True]), np.array([True, False])
+    fb = sc.params.fallback_s
+
+    def want(now, act):
+        lim = al.hosts.limits(now)
+        return [lim.get(f.id, 0.0) if act[j] else 0.0 for j, f in enumerate(sc.flows)]
+
+    al.before_step(0, 0.0, both, 10, 20, 0)
+    assert al.limits(0.0, both).tolist() == [100.0, 50.0]
+    al.in_flight.append((1, {"X": (900.0, 1.0, 200.0), "Y": (900.0, 1.0, 50.0)}))
+    al.before_step(1, 0.005, both, 10, 20, 0)          # terms arrive at 0.005: X's guarantee is now 200
+    assert al.limits(0.005, both).tolist() == want(0.005, both) == [200.0, 50.0]
+    al.before_step(10, 0.05, both, 10, 20, 0)          # a tau_v step: v climbs above B_i
+    stepped = al.limits(0.05, both).tolist()
+    assert stepped == want(0.05, both) and stepped[0] > 200.0
+    assert al.limits(0.005 + fb, both).tolist() == stepped          # not yet past fallback_s
+    assert al.limits(0.0051 + fb, both).tolist() == [200.0, 50.0]   # past it: B_i, no other change
+    al.in_flight.append((12, {"X": (900.0, 1.0, 200.0)}))
+    al.before_step(12, 0.006 + fb, both, 10, 20, 0)    # X's terms again: X leaves fallback, Y stays
+    assert al.limits(0.006 + fb, both).tolist() == want(0.006 + fb, both) == [stepped[0], 50.0]
+    al.before_step(13, 0.007 + fb, only_x, 10, 20, 0)  # Y closes
+    assert al.limits(0.007 + fb, only_x).tolist() == [stepped[0], 0.0]
