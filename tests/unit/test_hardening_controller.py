@@ -256,10 +256,10 @@ def test_the_poll_loop_survives_a_round_that_raises(app):
     poller.start()
     try:
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and calls["n"] < 3:
+        while time.monotonic() < deadline and calls["n"] < 2:     # the round after the one that raised
             time.sleep(0.1)
-        assert calls["n"] >= 3, inst.guard.as_dict()
-        assert inst.guard.stats["allocate"].errors == 1 and inst.polls >= 3
+        assert calls["n"] >= 2, inst.guard.as_dict()
+        assert inst.guard.stats["allocate"].errors == 1 and inst.polls >= 2
     finally:
         inst.poll_stop.set()                # the loop ends (it used to outlive the test, polling for ever)
         poller.join(10)
