@@ -163,8 +163,7 @@ class _Group:
     x: np.ndarray                 # routed (scaled units) per path
 
 
-def _groups(flows: Iterable[LongFlow], paths: PathDictionary,
-            cap: np.ndarray) -> tuple[list[_Group], list[LongFlow], list]:
+def _groups(flows: Iterable[LongFlow], paths: PathDictionary) -> tuple[list[_Group], list[LongFlow], list]:
     by_key: dict[tuple[str, str], list[LongFlow]] = {}
     for f in flows:
         by_key.setdefault((f.src_tor, f.dst_tor), []).append(f)
@@ -462,7 +461,7 @@ class _Item:
 def _place_all(flows: list[LongFlow], paths: PathDictionary, cap: np.ndarray, epsilon: float,
                max_phases: int, t_start: float) -> Allocation:
     """The FPTAS and the one-path placement of ``flows`` on capacities ``cap``."""
-    groups, local, unroutable = _groups(flows, paths, cap)
+    groups, local, unroutable = _groups(flows, paths)
     flow_path: dict[Hashable, tuple[str, ...]] = {f.key: (f.src_tor,) for f in local}
     flow_rate: dict[Hashable, float] = {f.key: f.demand for f in local}
     if not groups:

@@ -181,15 +181,15 @@ def test_the_cut_bound_is_the_tightest_tor_cut_exactly():
     flows = [LongFlow(1, "e0_0", "e1_0", 20e6), LongFlow(2, "e0_0", "e1_0", 10e6), LongFlow(3, "e0_0", "e2_0", 10e6),
              LongFlow(4, "e3_0", "e1_0", 5e6)]
     cap = np.array(pd.capacity)
-    groups, _, _ = _groups(flows, pd, cap)
+    groups, _, _ = _groups(flows, pd)
     assert _cut_bound(groups, pd, cap) == 20e6 / 40e6
     # without e0_0's demand the receivers' cut binds: e1_0 takes 5 over 20
-    groups, _, _ = _groups([flows[3], flows[2]], pd, cap)
+    groups, _, _ = _groups([flows[3], flows[2]], pd)
     assert _cut_bound(groups, pd, cap) == min(20e6 / 5e6, 20e6 / 10e6, 20e6 / 10e6)
-    groups, _, _ = _groups([LongFlow(5, "e3_0", "e1_0", 40e6), flows[2]], pd, cap)
+    groups, _, _ = _groups([LongFlow(5, "e3_0", "e1_0", 40e6), flows[2]], pd)
     assert _cut_bound(groups, pd, cap) == 20e6 / 40e6          # the receiver e1_0 (and sender e3_0)
     # two senders into one ToR: its receiving cut adds both (10 + 10 over 20), each sender alone has 20 for 10
-    groups, _, _ = _groups([LongFlow(6, "e0_0", "e1_0", 10e6), LongFlow(7, "e3_0", "e1_0", 10e6)], pd, cap)
+    groups, _, _ = _groups([LongFlow(6, "e0_0", "e1_0", 10e6), LongFlow(7, "e3_0", "e1_0", 10e6)], pd)
     assert _cut_bound(groups, pd, cap) == 20e6 / 20e6
     # a ToR whose uplinks are all down can send nothing: the bound is 0
     view.set_link_state("e3_0", "a3_0", False)
@@ -241,7 +241,7 @@ def _scaled_instance(k, seed, n, cap_spread=None):
     if cap_spread is not None:
         cap *= np.random.default_rng(seed).uniform(cap_spread, 1.0, len(cap))
     flows = [f for f in _random_flows(view, random.Random(seed), n) if f.src_tor != f.dst_tor]
-    groups, _, _ = _groups(flows, pd, cap)
+    groups, _, _ = _groups(flows, pd)
     path_links, path_hops, group_start, _, _ = _flatten(groups, cap)
     scale = _cut_bound(groups, pd, cap)
     used = np.unique(np.concatenate([g.idx.ravel() for g in groups]))
@@ -325,7 +325,7 @@ def test_placement_stops_at_the_floor_no_one_path_routing_goes_below():
     a = pmpt(flows, pd)
     assert (1 + 0.05) / a.lam < 1.0
     assert a.placement == "greedy" and a.integral_lam == pytest.approx(1.0)
-    groups = _groups(flows, pd, pd.capacity)[0]
+    groups = _groups(flows, pd)[0]
     _flatten(groups, pd.capacity)                    # the groups' paths' bottlenecks
     order = [(gi, f) for gi, g in enumerate(groups) for f in g.flows]
     assert integral_floor(groups, order) == pytest.approx(1.0)
@@ -440,7 +440,7 @@ def test_the_greedy_kernel_is_the_numpy_greedy(seed, n_flows, target, ties):
     flows = [LongFlow(i, *rng.choice(tors, 2, replace=False), float(rng.choice([1e6, 2e6, 5e6]) if ties
                                                                         else rng.uniform(0.1e6, 8e6)))
              for i in range(n_flows)]
-    groups, _, _ = _groups(flows, pd, cap)
+    groups, _, _ = _groups(flows, pd)
     path_links, path_hops, group_start, _, _ = _flatten(groups, cap)
     fractional = np.round(rng.uniform(0, 4e6, len(path_hops)), -6) if ties else rng.uniform(0, 4e6, len(path_hops))
     order = [(gi, f) for gi, g in enumerate(groups) for f in g.flows]
@@ -487,7 +487,7 @@ def test_the_dual_bound_certifies_below_the_cut_bound_at_the_first_phase_it_can(
         cap = np.array([c * (0.25 if "core" in (role(u), role(v)) else 1.0) for (u, v), c in
                         zip(pd.links, pd.capacity)])
         flows = [f for f in _random_flows(view, random.Random(seed), 40) if f.src_tor != f.dst_tor]
-        groups, _, _ = _groups(flows, pd, cap)
+        groups, _, _ = _groups(flows, pd)
         pl, ph, gs, _, bottleneck = _flatten(groups, cap)
         scale = _cut_bound(groups, pd, cap)
         demand = np.array([g.demand * scale for g in groups])
@@ -648,7 +648,7 @@ def test_the_bottleneck_search_kernel_is_the_scan_of_every_flow(seed, n_flows, t
     tors = [s for s in view.switches if s.startswith("e")]
     flows = [LongFlow(i, *rng.choice(tors, 2, replace=False),
                       float(rng.choice([2e6, 4e6, 6e6]) if ties else rng.uniform(1e6, 8e6))) for i in range(n_flows)]
-    groups, _, _ = _groups(flows, pd, cap)
+    groups, _, _ = _groups(flows, pd)
     path_links, path_hops, group_start, _, _ = _flatten(groups, cap)
     order = [(gi, f) for gi, g in enumerate(groups) for f in g.flows]
     fg = np.array([gi for gi, _ in order], dtype=np.int64)
@@ -677,7 +677,7 @@ def test_the_cached_paths_bound_alpha_from_above(seed, n_flows):
     pd = PathDictionary(view)
     tors = [s for s in view.switches if s.startswith("e")]
     flows = [LongFlow(i, *rng.choice(tors, 2, replace=False), float(rng.uniform(1e6, 8e6))) for i in range(n_flows)]
-    groups, _, _ = _groups(flows, pd, pd.capacity)
+    groups, _, _ = _groups(flows, pd)
     pl, ph, gs, _, _ = _flatten(groups, pd.capacity)
     demand = np.array([g.demand for g in groups])
     length = rng.uniform(0.0, 5.0, len(pd.capacity))
@@ -719,7 +719,7 @@ def test_skipping_the_exact_dual_when_it_cannot_help_changes_no_answer(monkeypat
             cap = np.array([c * (core if "core" in (role(u), role(v)) else 1.0) for (u, v), c in
                             zip(pd.links, pd.capacity)])
         flows = [f for f in _random_flows(view, random.Random(seed), 60) if f.src_tor != f.dst_tor]
-        groups, _, _ = _groups(flows, pd, cap)
+        groups, _, _ = _groups(flows, pd)
         pl, ph, gs, _, bottleneck = _flatten(groups, cap)
         demand = np.array([g.demand * _cut_bound(groups, pd, cap) for g in groups])
         used = np.unique(np.concatenate([g.idx.ravel() for g in groups]))
