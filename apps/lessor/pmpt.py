@@ -65,6 +65,7 @@ reroute). No flow is split; each gets b_f = min(B_f, lambda_int * B_f).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import time
@@ -292,7 +293,24 @@ def pmpt(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float = DEFA
     VMs without guarantees) are then placed by the FPTAS and
     :func:`apps.lessor.placement.place` on what BG leaves of every link
     (at least ``RESIDUAL_FLOOR`` of it: WC keeps a candidate path); the
-    lambdas reported are theirs on that residual capacity."""
+    lambdas reported are theirs on that residual capacity.
+
+    Python's cyclic collector is paused for the decision (and restored as
+    it was, however the call ends): the decision allocates ~10^5 objects
+    and no cycles, and the full collections they trigger rescan the
+    controller's whole heap -- 0.3-0.4 s of a 1.0-1.4 s decision at k = 32
+    right after a link failure (benchmarks/pmpt_scale.py)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _decide(flows, paths, epsilon, max_phases, mu)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _decide(flows: Iterable[LongFlow], paths: PathDictionary, epsilon: float, max_phases: int,
+            mu: float) -> Allocation:
     check_epsilon(epsilon)
     check_mu(mu)
     if isinstance(max_phases, bool) or not isinstance(max_phases, int) or max_phases < 1:
