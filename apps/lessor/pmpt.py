@@ -211,7 +211,7 @@ def _flatten(groups: list[_Group], cap: np.ndarray) -> tuple[np.ndarray, np.ndar
     ``x`` and ``bottleneck`` become views into the flat per-path arrays
     (returned: links, hops, group starts, flow, bottleneck)."""
     counts = np.array([g.idx.shape[0] for g in groups], dtype=np.int64)
-    widths = np.array([g.idx.shape[1] for g in groups], dtype=np.int64)
+    widths = np.array([g.idx.shape[1] for g in groups], dtype=np.int32)     # path_hops: see paths.PATH_ROW
     group_start = np.zeros(len(groups) + 1, dtype=np.int64)
     np.cumsum(counts, out=group_start[1:])
     hops = int(widths.max())
