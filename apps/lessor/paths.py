@@ -118,7 +118,7 @@ def _enumerate(src, hops, out_start, out_link, out_head, limit):
     if hops <= 0:
         return np.zeros((0, max(hops, 0)), dtype=np.int32)
     # link indices as int32 (PATH_ROW): at k = 32 the ~2 M candidate paths' rows are what every FPTAS phase
-    # reads, so their width is memory traffic (int64: warm decisions 0.79-0.88 s; int32: 0.67-0.79 s)
+    # reads, so their width is memory traffic (uneven links, warm medians: int64 0.78-0.84 s, int32 0.71-0.72 s)
     rows = np.empty((min(limit, 64), hops), dtype=np.int32)     # doubled when full (not limit rows each time)
     cur = np.empty(hops, dtype=np.int64)
     at = np.empty(hops + 1, dtype=np.int64)       # the node at each depth
