@@ -35,6 +35,14 @@ def kernel() -> dict:
             "ecn": Path("/proc/sys/net/ipv4/tcp_ecn").read_text().strip()}
 
 
+def throttled(dev: str = "ag0") -> int:
+    """The device's qdiscs' overlimits and drops, summed: it grows while a
+    class is held at its rate (HTB counts an overlimit each time it
+    throttles a class; a full leaf drops)."""
+    qdiscs = json.loads(sh("tc", "-s", "-j", "qdisc", "show", "dev", dev) or "[]")
+    return sum(int(q.get("overlimits", 0)) + int(q.get("drops", 0)) for q in qdiscs)
+
+
 def agent(tmp: Path, bpf_dir: Path) -> Agent:
     return Agent("ns", secrets.token_bytes(32), tmp / "state",
                  executor=Executor(state_file=tmp / "state" / "executor.json", bpf_pin_dir=bpf_dir))
@@ -218,8 +226,9 @@ def under_traffic(tmp: Path, phase_s: float = 2.0, offered_mbps: float = 60.0) -
         t = time.time()
         reply = apply(a, guarantee_mbps=20, **over)
         phases.append({"t": t, "t_done": time.time(), "limit_mbps": limit, "reply": reply,
-                       "in_force": a.status()["in_force"]})
+                       "in_force": a.status()["in_force"], "throttled_from": throttled()})
         time.sleep(phase_s)
+        phases[-1]["throttled_to"] = throttled()       # before the next change may replace a qdisc
     stop.set()
     th.join(2)
     a.executor.teardown()
