@@ -129,25 +129,29 @@ def test_the_distances_are_bfs_hop_counts_over_up_links():
         assert np.array_equal(pd._tail[out_link[out_start[n]:out_start[n + 1]]], np.full(len(heads), n))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(fabric=st.sampled_from(sorted(FABRICS)), seed=st.integers(0, 10**6),
-       changes=st.lists(st.tuples(st.integers(0, 10**6), st.booleans()), min_size=1, max_size=6))
+       changes=st.lists(st.lists(st.tuples(st.integers(0, 10**6), st.booleans()), min_size=1, max_size=3),
+                        min_size=1, max_size=6))
 def test_paths_kept_across_link_changes_are_what_a_new_walk_gives(fabric, seed, changes):
-    """Pairs asked for before a change are asked again after it (links going
-    down, and some coming back): every answer is the view's equal-cost paths
-    in its order, whether the pair kept its paths (links only went down,
-    its hop count unchanged) or was walked afresh."""
+    """Pairs asked for before a batch of changes are asked again after it
+    (links going down and coming back, several at once): every answer is
+    the view's equal-cost paths in its order, whether the pair kept its
+    paths (its hop count unchanged, no new shortest path over a link that
+    came up) or was walked afresh."""
     view = NetworkView(FABRICS[fabric]())
     rng = random.Random(seed)
     links = _switch_links(view)
     pd = PathDictionary(view)
     pd.capacity[rng.randrange(len(pd.capacity))] = 0.0
     pairs = [(rng.choice(view.switches), rng.choice(view.switches)) for _ in range(30)]
-    for pick, up in changes:
+    for batch in changes:
         for a, b in pairs:
             pd.paths(a, b)
-        u, v = links[pick % len(links)]
-        view.set_link_state(u, v, up and not view.link_up(u, v))
+        for pick, up in batch:      # up: one of the links down comes back (if any is down)
+            down = [lk for lk in links if not view.link_up(*lk)]
+            u, v = down[pick % len(down)] if up and down else links[pick % len(links)]
+            view.set_link_state(u, v, up and bool(down))
         for a, b in pairs:
             nodes, idx = pd.paths(a, b)
             want = _reference(view, pd, a, b)
@@ -155,7 +159,7 @@ def test_paths_kept_across_link_changes_are_what_a_new_walk_gives(fabric, seed, 
             assert idx.shape == ((len(want), len(want[0]) - 1) if want else (0, 0))
 
 
-def test_a_failed_link_keeps_the_other_pairs_paths_and_walks_only_the_pairs_it_lengthened():
+def test_a_link_change_walks_only_the_pairs_it_lengthened_or_can_shorten_or_widen():
     view = NetworkView(builders.fattree(4, link_mbps=10))
     pd = PathDictionary(view)
     tors = [s for s in view.switches if s.startswith("e")]
@@ -170,10 +174,19 @@ def test_a_failed_link_keeps_the_other_pairs_paths_and_walks_only_the_pairs_it_l
     view.set_link_state("e0_0", "a0_0", False)
     view.set_link_state("e0_0", "a0_1", False)            # e0_0 cut off: its pairs lose every path
     assert len(pd.paths("e0_0", "e2_0")[0]) == 0 and pd.paths("e0_0", "e2_0")[1].shape == (0, 0)
-    view.set_link_state("a0_0", "c1", True)                # a link back: everything walked afresh
-    filtered = pd.filtered
-    assert list(pd.paths("e1_0", "e2_0")[0]) == before[("e1_0", "e2_0")]
-    assert pd.filtered == filtered and pd.walked > walked
+    for p in pairs:
+        pd.paths(*p)
+    # a link back: walked afresh are exactly the pairs one of whose new shortest paths crosses it (e0_1 to and
+    # from the other pods: 12 of 56); every other pair keeps its paths, e0_0's none included
+    view.set_link_state("a0_0", "c1", True)
+    filtered, walked = pd.filtered, pd.walked
+    back = {p: list(pd.paths(*p)[0]) for p in pairs}
+    assert all(back[p] == _reference(view, pd, *p) for p in pairs)
+    crossing = {p for p, paths in back.items()
+                if any({q[i], q[i + 1]} == {"a0_0", "c1"} for q in paths for i in range(len(q) - 1))}
+    assert len(crossing) == 12 and all("e0_1" in p for p in crossing)
+    assert pd.walked - walked == len(crossing) and pd.filtered - filtered == len(pairs) - len(crossing)
+    assert back[("e1_0", "e2_0")] == before[("e1_0", "e2_0")] and back[("e0_0", "e2_0")] == []
 
 
 def test_the_links_down_are_the_views_link_states():
