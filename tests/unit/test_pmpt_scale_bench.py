@@ -23,5 +23,8 @@ def test_a_run_reports_the_decision_it_timed():
     assert r["k"] == 4 and r["fabric"] == "uneven" and 0 < r["flows"] <= 16 and len(r["warm_s"]) == 2
     assert r["phases"] > 0 and r["stopped_by"] == "certified gap" and r["certified"] >= 0.95
     assert 0 < r["one_path_lambda"] <= r["bound"] and r["lambda"] <= r["bound"]
+    # the link back (the run checks the answer is the first one again): only pairs whose paths can cross it
+    # are walked again -- 6 of these 13 (k = 4: each inter-pod pair touching the link's pod)
+    assert 0 < r["pairs_walked_at_repair"] < r["tor_pairs"], r
     equal = B.run(4, "equal", 16, warm=0)
     assert equal["phases"] == 0 and equal["certified"] == 1.0 and equal["warm_median_s"] is None
