@@ -24,7 +24,7 @@ def test_a_run_reports_the_decision_it_timed():
     assert r["phases"] > 0 and r["stopped_by"] == "certified gap" and r["certified"] >= 0.95
     assert 0 < r["one_path_lambda"] <= r["bound"] and r["lambda"] <= r["bound"]
     # the link back (the run checks the answer is the first one again): only pairs whose paths can cross it
-    # are walked again -- 6 of these 13 (k = 4: each inter-pod pair touching the link's pod)
+    # are walked again (6 of these 13)
     assert 0 < r["pairs_walked_at_repair"] < r["tor_pairs"], r
     equal = B.run(4, "equal", 16, warm=0)
     assert equal["phases"] == 0 and equal["certified"] == 1.0 and equal["warm_median_s"] is None
