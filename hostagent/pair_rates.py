@@ -70,10 +70,15 @@ class PairRates:
             pr.v = M.next_pair_rate(pr.v, pr.weight, pr.r_tilde, p.alpha, p.tau_v_s, p.v_floor_mbps,
                                     self.nic_mbps)
 
+    def fallen_back(self, pr: PairRate, now: float) -> bool:
+        """Whether the pair's factors have been missing for ``fallback_s``:
+        it is held to B_i (a pair that never had one is not)."""
+        return pr.received_at is not None and now - pr.received_at > self.params.fallback_s
+
     def limit(self, pair: Hashable, now: float) -> float:
         """Eq. 28, or B_i once factors have been missing for ``fallback_s``."""
         pr = self.pairs[pair]
-        if pr.received_at is not None and now - pr.received_at > self.params.fallback_s:
+        if self.fallen_back(pr, now):
             return pr.guarantee_mbps
         return M.enforced_rate(pr.guarantee_mbps, pr.v)
 

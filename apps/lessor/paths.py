@@ -208,6 +208,7 @@ class PathDictionary:
             return
         alive = self.link_ends()[2]
         gone = old_alive & ~alive
+        usable = ~gone if gone.any() else None         # links only came back: nothing to filter out
         came_up = [(int(self._tail[e]), int(self._head[e])) for e in np.flatnonzero(alive & ~old_alive)]
         for (src, dst), hit in old_paths.items():
             idx = hit[1]
@@ -218,7 +219,7 @@ class PathDictionary:
                 s = self.node_id[src]
                 dist = self._hops_to(self.node_id[dst])
                 if dist[s] == old[0][s] and not any(self._crosses(s, dist, u, v) for u, v in came_up):
-                    idx = _keep_rows(idx, ~gone) if len(idx) else idx
+                    idx = _keep_rows(idx, usable) if usable is not None and len(idx) else idx
                     if not len(idx):
                         idx = np.zeros((0, 0), dtype=PATH_ROW)
                     self._paths[src, dst] = (NodePaths(idx, self.links, src), idx)

@@ -252,11 +252,9 @@ class LrcAllocator:
         nothing it reads moves but the clock, and the clock only through
         each pair's fallback test: the last array is reused while the pairs,
         their state and which of them are in fallback are what they were
-        (the same expression PairRates.limit evaluates)."""
-        fb = self.hosts.params.fallback_s
+        (PairRates' own test)."""
         names = tuple(self.hosts.pairs)
-        fallen = tuple(pr.received_at is not None and now - pr.received_at > fb
-                       for pr in self.hosts.pairs.values())
+        fallen = tuple(self.hosts.fallen_back(pr, now) for pr in self.hosts.pairs.values())
         if not self.changed and self.cached[0] == (names, fallen):      # changed until cached is set
             return self.cached[1]
         lim = self.hosts.limits(now)
